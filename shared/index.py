@@ -1,0 +1,320 @@
+"""The search index: one small interface, one Qdrant collection per workspace (DESIGN §4, §11).
+
+Everything above :class:`IndexEngine` (projection, recall, audits) is engine-independent.
+:class:`QdrantClientEngine` serves both a Qdrant server (``MEMARC_QDRANT_URL``) and
+qdrant-client's local mode on disk (the embedded default; one process per storage path).
+
+Points are keyed by the card UUID and carry a named dense vector ``dense`` (cosine) and a named
+sparse vector ``bm25`` (``Modifier.IDF``, so IDF is computed per collection, i.e. per workspace).
+The payload holds what the filters need plus ``revision`` and ``format``. The collection's
+metadata records the dense model id and dimension; a mismatch raises :class:`IndexIncompatible`.
+
+Filters are put inside *each* branch query (never a top-level filter on a fused query: qdrant-client
+issue 1372), and the two rankings are fused by the caller with k = 60 (:mod:`shared.recall`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any, Protocol
+
+import msgspec
+
+from .config import Settings
+from .embedding import SparseVector
+from .errors import IndexIncompatible, IndexUnavailable
+
+DENSE = "dense"
+BM25 = "bm25"
+
+
+class IndexFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Filters applied inside both branches before candidate selection (DESIGN §5).
+
+    ``physical`` is ``(database, schema, table, column)`` with None for unrequested levels; it
+    must be satisfied by one dependency entry, each requested level equal or absent on that entry,
+    or the card has no dependencies at all (workspace-wide).
+    """
+
+    families: tuple[str, ...] = ()
+    scope: str | None = None
+    concepts: tuple[str, ...] = ()
+    physical: tuple[str | None, str | None, str | None, str | None] = (None, None, None, None)
+    exclude: tuple[uuid.UUID, ...] = ()
+
+
+class PointIn(msgspec.Struct, frozen=True, kw_only=True):
+    """A point to upsert: card id, vectors and filter payload."""
+
+    id: uuid.UUID
+    dense: list[float]
+    sparse: SparseVector
+    payload: dict[str, Any]
+
+
+class Hit(msgspec.Struct, frozen=True):
+    """One branch hit: card id, the payload's revision and format, the branch score."""
+
+    id: uuid.UUID
+    revision: int | None
+    format: int | None
+    score: float
+
+
+class IndexEngine(Protocol):
+    """What the archive needs from a vector index. All methods raise :class:`IndexUnavailable`
+    when the engine cannot be reached and :class:`IndexIncompatible` on a configuration mismatch."""
+
+    async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
+        """Create the workspace collection if missing; check model, dimension and BM25 config."""
+
+    async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
+        """True if the collection exists and is compatible; False if it does not exist."""
+
+    async def upsert(self, workspace: str, points: list[PointIn]) -> None:
+        """Write points and wait until the engine confirms them."""
+
+    async def delete(self, workspace: str, ids: list[uuid.UUID]) -> None:
+        """Delete points (missing ones are ignored) and wait for confirmation."""
+
+    async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
+                           flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
+        """Dense and BM25 rankings (best first), each filtered by ``flt``, ``limit`` each."""
+
+    async def scroll_ids(self, workspace: str) -> dict[uuid.UUID, dict[str, Any]]:
+        """Every point id of the collection with its payload (for audits and rebuilds)."""
+
+    async def drop(self, workspace: str) -> None:
+        """Remove the workspace collection."""
+
+    async def close(self) -> None:
+        """Release the engine."""
+
+
+def _qdrant_filter(flt: IndexFilter) -> Any:
+    from qdrant_client import models as qm
+
+    must: list[Any] = []
+    if flt.families:
+        must.append(qm.FieldCondition(key="family", match=qm.MatchAny(any=list(flt.families))))
+    if flt.scope is not None:
+        must.append(qm.FieldCondition(key="scope", match=qm.MatchValue(value=flt.scope)))
+    for concept in flt.concepts:
+        must.append(qm.FieldCondition(key="concepts", match=qm.MatchValue(value=concept)))
+    levels = [(name, value) for name, value in zip(("database", "schema", "table", "column"),
+                                                   flt.physical) if value is not None]
+    if levels:
+        entry = qm.Filter(must=[
+            qm.Filter(should=[
+                qm.FieldCondition(key=name, match=qm.MatchValue(value=value)),
+                qm.IsNullCondition(is_null=qm.PayloadField(key=name)),
+            ])
+            for name, value in levels
+        ])
+        must.append(qm.Filter(should=[
+            qm.IsEmptyCondition(is_empty=qm.PayloadField(key="deps")),
+            qm.NestedCondition(nested=qm.Nested(key="deps", filter=entry)),
+        ]))
+    must_not: list[Any] = []
+    if flt.exclude:
+        must_not.append(qm.HasIdCondition(has_id=[str(i) for i in flt.exclude]))
+    return qm.Filter(must=must or None, must_not=must_not or None)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import httpx
+    from qdrant_client.http.exceptions import ResponseHandlingException
+
+    return isinstance(exc, (ResponseHandlingException, httpx.TransportError, ConnectionError,
+                            TimeoutError, OSError))
+
+
+class QdrantClientEngine:
+    """:class:`IndexEngine` on qdrant-client: a server when ``settings.qdrant_url`` is set, else
+    local mode under ``settings.resolved_qdrant_path()`` (single process per path).
+
+    Calls run in a worker thread; local mode is additionally serialised by a lock (it is not
+    thread-safe).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.prefix = settings.collection_prefix
+        self._client: Any = None
+        self._local = settings.embedded_qdrant
+        self._lock = threading.Lock()
+        self._checked: set[str] = set()
+
+    def collection(self, workspace: str) -> str:
+        """Collection name of a workspace: prefix + workspace id."""
+        return f"{self.prefix}{workspace}"
+
+    def _open(self) -> Any:
+        if self._client is None:
+            from qdrant_client import QdrantClient
+
+            try:
+                if self._local:
+                    self._client = QdrantClient(path=self.settings.resolved_qdrant_path())
+                else:
+                    self._client = QdrantClient(url=self.settings.qdrant_url,
+                                                api_key=self.settings.qdrant_api_key, timeout=10)
+            except RuntimeError as exc:  # local storage already locked by another process
+                raise IndexUnavailable(f"embedded index unavailable: {exc}") from exc
+        return self._client
+
+    def _call_sync(self, fn: Any) -> Any:
+        try:
+            if self._local:
+                with self._lock:
+                    return fn(self._open())
+            return fn(self._open())
+        except (IndexUnavailable, IndexIncompatible):
+            raise
+        except Exception as exc:
+            if _is_connection_error(exc):
+                raise IndexUnavailable(f"Qdrant is unreachable: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    async def _call(self, fn: Any) -> Any:
+        return await asyncio.to_thread(self._call_sync, fn)
+
+    def _check_sync(self, client: Any, name: str, dense_model: str, dimension: int) -> bool:
+        from qdrant_client import models as qm
+
+        if not client.collection_exists(name):
+            return False
+        info = client.get_collection(name)
+        params = info.config.params
+        vectors = params.vectors if isinstance(params.vectors, dict) else {}
+        sparse = params.sparse_vectors or {}
+        meta = info.config.metadata or {}
+        problems = []
+        if DENSE not in vectors:
+            problems.append("no named dense vector 'dense'")
+        elif vectors[DENSE].size != dimension:
+            problems.append(f"dense dimension {vectors[DENSE].size} != model dimension {dimension}")
+        if BM25 not in sparse:
+            problems.append("no BM25 sparse vector 'bm25' (Qdrant cannot add one to an existing "
+                            "collection: rebuild it with `memarc index`)")
+        elif sparse[BM25].modifier != qm.Modifier.IDF:
+            problems.append("BM25 sparse vector lacks the IDF modifier")
+        if meta.get("dense_model") not in (None, dense_model):
+            problems.append(f"built with dense model {meta.get('dense_model')!r}, "
+                            f"configured {dense_model!r}")
+        if problems:
+            raise IndexIncompatible(f"collection {name}: " + "; ".join(problems))
+        return True
+
+    async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
+        """See :meth:`IndexEngine.check_collection`."""
+        name = self.collection(workspace)
+        return await self._call(lambda c: self._check_sync(c, name, dense_model, dimension))
+
+    async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
+        """See :meth:`IndexEngine.ensure_collection`."""
+        name = self.collection(workspace)
+
+        def run(client: Any) -> None:
+            from qdrant_client import models as qm
+
+            if self._check_sync(client, name, dense_model, dimension):
+                return
+            client.create_collection(
+                name,
+                vectors_config={DENSE: qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)},
+                sparse_vectors_config={BM25: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+                metadata={"dense_model": dense_model, "dimension": dimension, "workspace": workspace},
+            )
+            if not self._local:
+                for key, schema in (("family", qm.PayloadSchemaType.KEYWORD),
+                                    ("scope", qm.PayloadSchemaType.KEYWORD),
+                                    ("concepts", qm.PayloadSchemaType.KEYWORD),
+                                    ("deps[].database", qm.PayloadSchemaType.KEYWORD),
+                                    ("deps[].table", qm.PayloadSchemaType.KEYWORD)):
+                    client.create_payload_index(name, key, field_schema=schema, wait=True)
+
+        await self._call(run)
+
+    async def upsert(self, workspace: str, points: list[PointIn]) -> None:
+        """See :meth:`IndexEngine.upsert` (``wait=True``)."""
+        from qdrant_client import models as qm
+
+        name = self.collection(workspace)
+        structs = [
+            qm.PointStruct(
+                id=str(p.id),
+                vector={DENSE: p.dense,
+                        BM25: qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values)},
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        await self._call(lambda c: c.upsert(name, points=structs, wait=True))
+
+    async def delete(self, workspace: str, ids: list[uuid.UUID]) -> None:
+        """See :meth:`IndexEngine.delete`; a missing collection means nothing to delete."""
+        from qdrant_client import models as qm
+
+        name = self.collection(workspace)
+
+        def run(client: Any) -> None:
+            if client.collection_exists(name):
+                client.delete(name, points_selector=qm.PointIdsList(points=[str(i) for i in ids]),
+                              wait=True)
+
+        await self._call(run)
+
+    async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
+                           flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
+        """See :meth:`IndexEngine.hybrid_query`."""
+        from qdrant_client import models as qm
+
+        name = self.collection(workspace)
+        qfilter = _qdrant_filter(flt)
+        payload = ["revision", "format"]
+        requests = [
+            qm.QueryRequest(query=dense, using=DENSE, filter=qfilter, limit=limit,
+                            with_payload=payload),
+            qm.QueryRequest(query=qm.SparseVector(indices=sparse.indices, values=sparse.values),
+                            using=BM25, filter=qfilter, limit=limit, with_payload=payload),
+        ]
+        responses = await self._call(lambda c: c.query_batch_points(name, requests=requests))
+
+        def hits(resp: Any) -> list[Hit]:
+            return [Hit(uuid.UUID(str(p.id)), (p.payload or {}).get("revision"),
+                        (p.payload or {}).get("format"), float(p.score)) for p in resp.points]
+
+        return hits(responses[0]), hits(responses[1])
+
+    async def scroll_ids(self, workspace: str) -> dict[uuid.UUID, dict[str, Any]]:
+        """See :meth:`IndexEngine.scroll_ids`."""
+        name = self.collection(workspace)
+
+        def run(client: Any) -> dict[uuid.UUID, dict[str, Any]]:
+            out: dict[uuid.UUID, dict[str, Any]] = {}
+            if not client.collection_exists(name):
+                return out
+            offset = None
+            while True:
+                points, offset = client.scroll(name, limit=1000, offset=offset, with_payload=True,
+                                               with_vectors=False)
+                for p in points:
+                    out[uuid.UUID(str(p.id))] = dict(p.payload or {})
+                if offset is None:
+                    return out
+
+        return await self._call(run)
+
+    async def drop(self, workspace: str) -> None:
+        """See :meth:`IndexEngine.drop`."""
+        name = self.collection(workspace)
+        await self._call(lambda c: c.delete_collection(name))
+
+    async def close(self) -> None:
+        """Close the client (releases the local storage lock)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await asyncio.to_thread(client.close)

@@ -1,0 +1,317 @@
+"""Cards and requests as msgspec Structs, with the archive's input bounds (DESIGN §2, §5, §8).
+
+Request structs forbid unknown fields. :func:`validate_card_write` applies the rules msgspec
+cannot express (family content, dependency gaps, duplicate links) and normalises whitespace.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from .errors import InvalidInput
+
+# ---- bounds (each named in the 422 that enforces it) ----
+MAX_TITLE = 200
+MAX_SCOPE = 200
+MAX_CONCEPT = 100
+MAX_CONCEPTS = 50
+MAX_DEPENDENCIES = 50
+MAX_LINKS = 50
+MAX_MEANING = 200
+MAX_NAME = 200
+MAX_TEXT = 20_000
+MAX_SQL = 50_000
+MAX_QUERY = 2_000
+MAX_EXCLUDE = 500
+MAX_TOP = 100
+MAX_PER_PAGE = 100
+MAX_WAIT_SECONDS = 30.0
+MAX_BODY_BYTES = 1_000_000
+
+Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
+FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
+Origin = Literal["manual", "workflow", "import"]
+Mode = Literal["search", "rules", "solved"]
+
+#: Families each recall mode may return (DESIGN §5).
+MODE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "search": ("domain_clarification", "sql_rule", "explained_error"),
+    "rules": ("sql_rule", "explained_error"),
+    "solved": ("solved_question",),
+}
+
+#: Content fields per family: (required, optional).
+FAMILY_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "domain_clarification": (("definition",), ("context",)),
+    "sql_rule": (("rule",), ("rationale",)),
+    "solved_question": (("question", "sql"), ("context",)),
+    "explained_error": (("error", "correction"), ("rationale",)),
+}
+
+CARD_ID_RE = re.compile(r"^mem-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$")
+
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME)]
+CardRef = Annotated[str, Meta(min_length=1, max_length=60)]
+
+
+def card_id_str(card_uuid: uuid.UUID) -> str:
+    """The public id of a card: ``mem-<UUID>``."""
+    return f"mem-{card_uuid}"
+
+
+def parse_card_id(card_id: str) -> uuid.UUID | None:
+    """The UUID inside a ``mem-<UUID>`` id, or None when the text is not such an id."""
+    m = CARD_ID_RE.match(card_id.strip().lower()) if isinstance(card_id, str) else None
+    return uuid.UUID(m.group(1)) if m else None
+
+
+class Dependency(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=False):
+    """A prefix of ``database.schema.table.column``: database required, no gaps."""
+
+    database: Name
+    schema: Name | None = None
+    table: Name | None = None
+    column: Name | None = None
+
+    def key(self) -> tuple[str, str | None, str | None, str | None]:
+        """Tuple form, for sorting and de-duplication."""
+        return (self.database, self.schema, self.table, self.column)
+
+    def qualified(self) -> str:
+        """Dotted name, e.g. ``db.public.orders.id``."""
+        return ".".join(p for p in self.key() if p)
+
+
+class LinkIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """An outgoing link to a card of the same workspace."""
+
+    target: CardRef
+    meaning: Annotated[str, Meta(max_length=MAX_MEANING)] = ""
+
+
+class Source(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """Where a card came from: a reviewed workflow session, or an imported dataset record."""
+
+    session_id: Annotated[str, Meta(max_length=200)] | None = None
+    decision_ids: Annotated[list[Annotated[str, Meta(max_length=200)]], Meta(max_length=50)] = []
+    dataset: Annotated[str, Meta(max_length=200)] | None = None
+    record: Annotated[str, Meta(max_length=200)] | None = None
+
+
+class CardWrite(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of a card create (``revision`` absent) or update (``revision`` = the one edited)."""
+
+    family: Family
+    title: Annotated[str, Meta(max_length=MAX_TITLE)]
+    content: Annotated[dict[str, str], Meta(max_length=8)]
+    scope: Annotated[str, Meta(max_length=MAX_SCOPE)] | None = None
+    concepts: Annotated[list[Annotated[str, Meta(max_length=MAX_CONCEPT)]], Meta(max_length=MAX_CONCEPTS)] = []
+    dependencies: Annotated[list[Dependency], Meta(max_length=MAX_DEPENDENCIES)] = []
+    links: Annotated[list[LinkIn], Meta(max_length=MAX_LINKS)] = []
+    revision: Annotated[int, Meta(ge=1)] | None = None
+
+
+class ImportCard(msgspec.Struct, forbid_unknown_fields=True):
+    """One line of a cards file: a card with a local ``key``; links name other lines' keys."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=200)]
+    family: Family
+    title: Annotated[str, Meta(max_length=MAX_TITLE)]
+    content: Annotated[dict[str, str], Meta(max_length=8)]
+    scope: Annotated[str, Meta(max_length=MAX_SCOPE)] | None = None
+    concepts: Annotated[list[Annotated[str, Meta(max_length=MAX_CONCEPT)]], Meta(max_length=MAX_CONCEPTS)] = []
+    dependencies: Annotated[list[Dependency], Meta(max_length=MAX_DEPENDENCIES)] = []
+    links: Annotated[list[LinkIn], Meta(max_length=MAX_LINKS)] = []
+    source: Source | None = None
+
+
+class Link(msgspec.Struct, frozen=True):
+    """A link as stored: target card id and meaning."""
+
+    target: str
+    meaning: str
+
+
+class IncomingLink(msgspec.Struct, frozen=True):
+    """A link into a card: the source card id, its title and the meaning."""
+
+    source: str
+    title: str
+    meaning: str
+
+
+class Card(msgspec.Struct, kw_only=True):
+    """A card rebuilt from PostgreSQL.
+
+    ``index_status``: ``current`` (recorded valid projection of this revision and format),
+    ``pending`` (not yet projected, so excluded from recall) or ``failed`` (an operation exhausted
+    its attempts; retry it).
+    """
+
+    id: str
+    workspace: str
+    family: Family
+    title: str
+    scope: str | None
+    origin: Origin
+    source: Source | None
+    concepts: list[str]
+    dependencies: list[Dependency]
+    links: list[Link]
+    content: dict[str, str]
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+    index_status: Literal["current", "pending", "failed"] = "pending"
+
+
+class Filters(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """Recall filters (DESIGN §5): scope exact, concepts all required, physical context by one entry."""
+
+    scope: Annotated[str, Meta(max_length=MAX_SCOPE)] | None = None
+    concepts: Annotated[list[Annotated[str, Meta(max_length=MAX_CONCEPT)]], Meta(max_length=MAX_CONCEPTS)] = []
+    database: Name | None = None
+    schema: Name | None = None
+    table: Name | None = None
+    column: Name | None = None
+
+    def physical(self) -> tuple[str | None, str | None, str | None, str | None]:
+        """The physical context as a tuple."""
+        return (self.database, self.schema, self.table, self.column)
+
+
+class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``POST .../search``: query text, result count, mode, families, filters, exclusions."""
+
+    query: Annotated[str, Meta(min_length=1, max_length=MAX_QUERY)]
+    top: Annotated[int, Meta(ge=1, le=MAX_TOP)] = 10
+    mode: Mode = "search"
+    family: Annotated[list[Family], Meta(max_length=4)] | None = None
+    filters: Filters | None = None
+    exclude: Annotated[list[CardRef], Meta(max_length=MAX_EXCLUDE)] = []
+
+
+class Retrieval(msgspec.Struct, omit_defaults=True):
+    """Why a result was returned: strongest link path and, for seeds, the branch ranks."""
+
+    path: list[str]
+    seed_rank: int | None = None
+    dense_rank: int | None = None
+    bm25_rank: int | None = None
+
+
+class RecallResult(msgspec.Struct):
+    """One verified recall result; ``score`` is a ranking score, not a similarity."""
+
+    card: Card
+    score: float
+    retrieval: Retrieval
+
+
+class RecallResponse(msgspec.Struct):
+    """Recall response; ``excluded`` counts index hits dropped by verification."""
+
+    results: list[RecallResult]
+    excluded: int
+
+
+def _clean(text: str) -> str:
+    return text.strip()
+
+
+def _bad(message: str, field: str) -> InvalidInput:
+    return InvalidInput(message, field=field)
+
+
+def validate_card_write(body: CardWrite | ImportCard) -> None:
+    """Normalise and check a card body in place.
+
+    :raises InvalidInput: empty title, missing or unknown content field, over-long text,
+        a dependency with a gap, NUL characters, or duplicate/self links.
+    """
+    body.title = _clean(body.title)
+    if not body.title:
+        raise _bad("title must not be empty", "title")
+    if body.scope is not None:
+        body.scope = body.scope.strip() or None
+    required, optional = FAMILY_FIELDS[body.family]
+    content: dict[str, str] = {}
+    for name, value in body.content.items():
+        if name not in required and name not in optional:
+            allowed = ", ".join(required + optional)
+            raise _bad(f"content field {name!r} is not allowed for {body.family} (allowed: {allowed})",
+                       f"content.{name}")
+        value = value.strip()
+        limit = MAX_SQL if name in ("sql", "correction", "error") else MAX_TEXT
+        if len(value) > limit:
+            raise _bad(f"content.{name} is longer than {limit} characters", f"content.{name}")
+        if value:
+            content[name] = value
+    for name in required:
+        if name not in content:
+            raise _bad(f"content.{name} is required for {body.family}", f"content.{name}")
+    body.content = content
+    texts = [body.title, body.scope or "", *content.values(), *body.concepts]
+    if any("\x00" in t for t in texts):
+        raise _bad("text must not contain NUL characters", "content")
+    concepts: list[str] = []
+    for c in body.concepts:
+        c = c.strip()
+        if not c:
+            raise _bad("concepts must not be empty strings", "concepts")
+        if c not in concepts:
+            concepts.append(c)
+    body.concepts = concepts
+    seen_deps: set[tuple] = set()
+    deps: list[Dependency] = []
+    for i, d in enumerate(body.dependencies):
+        parts = [p.strip() if p is not None else None for p in d.key()]
+        if any(p == "" for p in parts):
+            raise _bad(f"dependencies[{i}] has an empty name", f"dependencies[{i}]")
+        if parts[3] is not None and parts[2] is None:
+            raise _bad(f"dependencies[{i}]: a column needs its table", f"dependencies[{i}]")
+        if parts[2] is not None and parts[1] is None:
+            raise _bad(f"dependencies[{i}]: a table needs its schema (use 'public' for sources "
+                       "without schemas)", f"dependencies[{i}]")
+        dep = Dependency(*parts)  # type: ignore[arg-type]
+        if dep.key() not in seen_deps:
+            seen_deps.add(dep.key())
+            deps.append(dep)
+    body.dependencies = deps
+    targets: set[str] = set()
+    for i, link in enumerate(body.links):
+        if link.target in targets:
+            raise _bad(f"links[{i}]: duplicate link to {link.target}", f"links[{i}]")
+        targets.add(link.target)
+
+
+def decode_json(data: bytes, type_: Any) -> Any:
+    """Decode and validate JSON into ``type_``.
+
+    :raises BadRequest: malformed JSON. :raises InvalidInput: wrong shape or out of bounds.
+    """
+    from .errors import BadRequest
+
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(str(exc)) from exc
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from exc
+
+
+def convert(obj: Any, type_: Any) -> Any:
+    """Validate an already-decoded object into ``type_``.
+
+    :raises InvalidInput: wrong shape or out of bounds.
+    """
+    try:
+        return msgspec.convert(obj, type=type_)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(str(exc)) from exc

@@ -1,0 +1,151 @@
+"""Projection: from the outbox to the index, always from the card's *current* PostgreSQL state.
+
+:func:`project_operations` is what a worker job runs for one operation id. It leases that
+operation plus other claimable ones of the workspace (batching the embedding), takes a per-card
+advisory lock so two jobs never project the same card at once, re-reads every card, upserts
+(or deletes) points with ``wait=True``, and only then records the valid projection for the revision
+it actually projected. An operation for a card that has since changed completes with the newer
+state; one for a deleted card completes by deleting the point (DESIGN §3, §4).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import repository
+from .db import Q, Database
+from .embedding import Embedder
+from .errors import ArchiveError
+from .index import IndexEngine, PointIn
+from .models import Card
+from .repository import PROJECTION_FORMAT
+
+log = logging.getLogger(__name__)
+
+#: Operations leased together by one job (one embedding batch).
+BATCH_SIZE = 64
+
+
+def projected_text(card: Card) -> str:
+    """The text embedded and indexed for a card (DESIGN §4): title, content fields, scope,
+    concepts and the qualified dependency names, one per line."""
+    parts = [card.title]
+    for name in ("definition", "rule", "question", "error", "correction", "sql", "context",
+                 "rationale"):
+        value = card.content.get(name)
+        if value:
+            parts.append(value)
+    if card.scope:
+        parts.append(f"scope: {card.scope}")
+    if card.concepts:
+        parts.append("concepts: " + ", ".join(card.concepts))
+    if card.dependencies:
+        parts.append("objects: " + ", ".join(d.qualified() for d in card.dependencies))
+    return "\n".join(parts)
+
+
+def payload(card: Card) -> dict[str, Any]:
+    """The point payload: what the filters need, plus revision and projection format."""
+    return {
+        "workspace": card.workspace,
+        "family": card.family,
+        "scope": card.scope,
+        "concepts": list(card.concepts),
+        "deps": [{"database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
+                 for d in card.dependencies],
+        "revision": card.revision,
+        "format": PROJECTION_FORMAT,
+    }
+
+
+@dataclass
+class ProjectionReport:
+    """What one job did: operations leased, cards upserted, points deleted, errors."""
+
+    leased: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+async def project_operations(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
+                             op_id: int | None, *, lease_seconds: int = 120, max_attempts: int = 5,
+                             batch: bool = True) -> ProjectionReport:
+    """Lease and complete projection operations of ``workspace`` (``op_id`` first).
+
+    Never raises for an engine or model failure: the leased operations go back to ``pending``
+    (or ``failed`` after ``max_attempts``) with the error recorded, and the report says so.
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached (the lease then expires and the
+        operation is reclaimed by a later sweep).
+    """
+    report = ProjectionReport()
+    async with db.transaction(workspace) as conn:
+        cur = await conn.execute(Q.ops_claim, {
+            "workspace": workspace, "op_id": op_id if op_id is not None else -1,
+            "batch": batch or op_id is None, "limit": BATCH_SIZE if batch or op_id is None else 1,
+            "lease_seconds": lease_seconds,
+        })
+        ops = await cur.fetchall()
+    report.leased = len(ops)
+    if not ops:
+        return report
+    op_ids = [o["id"] for o in ops]
+    card_ids = sorted({o["card_id"] for o in ops})
+    try:
+        await _project_cards(db, index, embedder, workspace, card_ids, op_ids, report)
+    except ArchiveError as exc:
+        report.failed = len(op_ids)
+        report.errors.append(exc.message)
+        await _fail(db, workspace, op_ids, exc.message, max_attempts)
+    except Exception as exc:  # an engine bug must not lose the operation: record it
+        log.exception("projection of %s operations failed", len(op_ids))
+        message = f"{type(exc).__name__}: {exc}"
+        report.failed = len(op_ids)
+        report.errors.append(message)
+        await _fail(db, workspace, op_ids, message, max_attempts)
+    return report
+
+
+async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max_attempts: int) -> None:
+    async with db.transaction(workspace) as conn:
+        await conn.execute(Q.ops_fail, {"ids": op_ids, "error": error[:2000],
+                                        "max_attempts": max_attempts})
+
+
+async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
+                         card_ids: list[uuid.UUID], op_ids: list[int],
+                         report: ProjectionReport) -> None:
+    # One transaction holds the per-card projection locks (taken in sorted order: no deadlock
+    # between batches) while the cards are read, embedded, written to the index and recorded.
+    async with db.transaction(workspace) as conn:
+        for cid in card_ids:
+            await conn.execute(Q.card_projection_lock, {"card_id": cid})
+        ws = await repository.workspace(conn, workspace)
+        cards = await repository.get_cards(conn, card_ids)
+        live = [cards[c] for c in card_ids if c in cards]
+        gone = [c for c in card_ids if c not in cards]
+        dimension = embedder.dense_dimension()
+        await index.ensure_collection(workspace, embedder.dense_model_id, dimension)
+        if live:
+            dense, sparse = await embedder.embed_documents([projected_text(c) for c in live],
+                                                           ws["language"])
+            points = [PointIn(id=uuid.UUID(c.id[4:]), dense=d, sparse=s, payload=payload(c))
+                      for c, d, s in zip(live, dense, sparse)]
+            await index.upsert(workspace, points)
+        if gone:
+            await index.delete(workspace, gone)
+        for card in live:
+            cid = uuid.UUID(card.id[4:])
+            await conn.execute(Q.projection_record, {"card_id": cid, "revision": card.revision,
+                                                     "format": PROJECTION_FORMAT})
+            await conn.execute(Q.ops_supersede, {"card_id": cid, "revision": card.revision})
+        for cid in gone:
+            await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})
+        await conn.execute(Q.ops_complete, {"ids": op_ids})
+    report.upserted = len(live)
+    report.deleted = len(gone)

@@ -1,0 +1,87 @@
+"""The projection queue: arq jobs on Redis, enqueued after commit (DESIGN §3).
+
+A job carries ids only (workspace id, operation id); its arq job id is ``memarc:op:<id>``, so a
+duplicate enqueue (the sweep re-sending a still-queued operation) is a no-op. Redis being down
+never fails a committed write: :meth:`ProjectionQueue.enqueue` reports False and the operation
+stays pending in PostgreSQL until the sweep re-enqueues it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from arq import ArqRedis, create_pool
+from arq.connections import RedisSettings
+
+log = logging.getLogger(__name__)
+
+PROJECT_JOB = "project_operation"
+QUEUE_NAME = "memarc:projection"
+
+
+def job_id(op_id: int) -> str:
+    """arq job id of a projection operation."""
+    return f"memarc:op:{op_id}"
+
+
+def redis_settings(url: str) -> RedisSettings:
+    """arq settings for a ``redis://``, ``rediss://`` or ``unix://`` URL; fail fast, no retries."""
+    settings = RedisSettings.from_dsn(url)
+    settings.conn_timeout = 2
+    settings.conn_retries = 0
+    return settings
+
+
+class ProjectionQueue:
+    """Lazily connected arq pool; survives Redis outages (reconnects on the next call)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._pool: ArqRedis | None = None
+        self._lock = asyncio.Lock()
+
+    async def _get(self) -> ArqRedis:
+        if self.url is None:
+            raise ConnectionError("no Redis configured")
+        async with self._lock:
+            if self._pool is None:
+                self._pool = await create_pool(redis_settings(self.url),
+                                               default_queue_name=QUEUE_NAME)
+            return self._pool
+
+    async def enqueue(self, workspace: str, op_ids: list[int]) -> bool:
+        """Enqueue a job per operation; True if Redis took them all, False if it is unavailable."""
+        if not op_ids:
+            return True
+        try:
+            pool = await self._get()
+            for op_id in op_ids:
+                await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
+            return True
+        except (OSError, ConnectionError, TimeoutError, asyncio.TimeoutError) as exc:
+            log.warning("projection queue unavailable, %d operation(s) stay pending: %s",
+                        len(op_ids), exc)
+            await self._reset()
+            return False
+        except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...)
+            import redis.exceptions
+
+            if isinstance(exc, redis.exceptions.RedisError):
+                log.warning("projection queue unavailable, %d operation(s) stay pending: %s",
+                            len(op_ids), exc)
+                await self._reset()
+                return False
+            raise
+
+    async def _reset(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await pool.aclose(close_connection_pool=True)
+            except Exception:  # closing a broken connection may fail again; it is gone anyway
+                pass
+
+    async def close(self) -> None:
+        """Close the pool."""
+        await self._reset()

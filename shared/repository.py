@@ -1,0 +1,307 @@
+"""The repository: every read and write of the archive tables, on a connection from
+:meth:`shared.db.Database.transaction` (role and workspace already set).
+
+Functions here neither commit nor check permissions; :mod:`shared.service` does both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.types.json import Jsonb
+
+from . import models
+from .db import Q
+from .errors import InvalidInput, NotFound
+from .models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link, card_id_str
+
+#: Version of the projected text, payload and model set. Raising it makes every older projection
+#: pending (DESIGN §4); ship a numbered migration that records the change.
+PROJECTION_FORMAT = 1
+
+
+def index_status(row: dict[str, Any], fmt: int = PROJECTION_FORMAT) -> str:
+    """``current`` / ``pending`` / ``failed`` for a card row from ``cards_get``."""
+    if row["projected_revision"] == row["revision"] and row["projected_format"] == fmt:
+        return "current"
+    return "failed" if row.get("has_failed_op") else "pending"
+
+
+def _card_from_row(row: dict[str, Any]) -> Card:
+    return Card(
+        id=card_id_str(row["id"]),
+        workspace=row["workspace_id"],
+        family=row["family"],
+        title=row["title"],
+        scope=row["scope"],
+        origin=row["origin"],
+        source=msgspec.convert(row["source"], models.Source) if row["source"] else None,
+        concepts=list(row["concepts"]),
+        dependencies=[Dependency(**d) for d in row["dependencies"]],
+        links=[Link(**link) for link in row["links"]],
+        content=dict(row["content"]),
+        revision=row["revision"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        index_status=index_status(row),  # type: ignore[arg-type]
+    )
+
+
+async def workspace(conn: AsyncConnection, workspace_id: str) -> dict[str, Any]:
+    """The workspace row ``{id, language, created_at}``.
+
+    :raises NotFound: no such workspace (or not visible under RLS).
+    """
+    row = await (await conn.execute(Q.workspace_get, {"workspace": workspace_id})).fetchone()
+    if row is None:
+        raise NotFound(f"no workspace {workspace_id!r}")
+    return row
+
+
+async def get_cards(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, Card]:
+    """Full cards for ``ids`` (missing ids are absent from the mapping)."""
+    if not ids:
+        return {}
+    cur = await conn.execute(Q.cards_get, {"ids": ids})
+    return {row["id"]: _card_from_row(row) for row in await cur.fetchall()}
+
+
+async def get_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> Card:
+    """One full card.
+
+    :raises NotFound: no such card in the transaction's workspace.
+    """
+    cards = await get_cards(conn, [card_uuid])
+    if card_uuid not in cards:
+        raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
+    return cards[card_uuid]
+
+
+async def incoming_links(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[IncomingLink]:
+    """Links into a card, by source id."""
+    cur = await conn.execute(Q.incoming_links, {"card_id": card_uuid})
+    return [IncomingLink(**row) for row in await cur.fetchall()]
+
+
+async def resolve_link_targets(conn: AsyncConnection, links: list[models.LinkIn],
+                               self_id: uuid.UUID | None = None) -> list[tuple[uuid.UUID, str]]:
+    """Check that every link target is a card of this workspace.
+
+    :raises InvalidInput: a target is not a card id, is the card itself, or is not in this
+        workspace (another workspace's card is indistinguishable from a missing one).
+    """
+    resolved: list[tuple[uuid.UUID, str]] = []
+    for i, link in enumerate(links):
+        target = models.parse_card_id(link.target)
+        if target is None:
+            raise InvalidInput(f"links[{i}].target {link.target!r} is not a card id (mem-<uuid>)",
+                               field=f"links[{i}].target")
+        if target == self_id:
+            raise InvalidInput(f"links[{i}]: a card cannot link to itself", field=f"links[{i}].target")
+        resolved.append((target, link.meaning.strip()))
+    if resolved:
+        cur = await conn.execute(Q.card_ids_existing, {"ids": [t for t, _ in resolved]})
+        existing = {row["id"] for row in await cur.fetchall()}
+        for i, (target, _) in enumerate(resolved):
+            if target not in existing:
+                raise InvalidInput(
+                    f"links[{i}].target {card_id_str(target)} is not a card of this workspace",
+                    field=f"links[{i}].target",
+                )
+    return resolved
+
+
+async def _write_dependencies(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
+                              deps: list[Dependency], replace: bool) -> None:
+    if replace:
+        await conn.execute(Q.dependencies_delete, {"card_id": card_uuid})
+    if deps:
+        async with conn.cursor() as cur:
+            await cur.executemany(Q.dependency_insert, [
+                {"workspace": workspace_id, "card_id": card_uuid, "ordinal": i,
+                 "database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
+                for i, d in enumerate(deps)
+            ])
+
+
+async def _write_links(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
+                       links: list[tuple[uuid.UUID, str]], replace: bool) -> None:
+    if replace:
+        await conn.execute(Q.links_delete_outgoing, {"card_id": card_uuid})
+    if links:
+        async with conn.cursor() as cur:
+            await cur.executemany(Q.link_insert, [
+                {"workspace": workspace_id, "source_id": card_uuid, "target_id": t, "meaning": m}
+                for t, m in links
+            ])
+
+
+async def insert_card(conn: AsyncConnection, workspace_id: str, body: CardWrite | ImportCard,
+                      *, origin: str, source: models.Source | None = None,
+                      card_uuid: uuid.UUID | None = None,
+                      links: list[tuple[uuid.UUID, str]] | None = None) -> tuple[uuid.UUID, int]:
+    """Insert a validated card with its dependencies and (already resolved) links.
+
+    :returns: ``(card uuid, revision)``.
+    """
+    card_uuid = card_uuid or uuid.uuid4()
+    cur = await conn.execute(Q.card_insert, {
+        "workspace": workspace_id, "id": card_uuid, "family": body.family, "title": body.title,
+        "scope": body.scope, "origin": origin,
+        "source": Jsonb(msgspec.to_builtins(source)) if source else None,
+        "concepts": body.concepts, "content": Jsonb(body.content),
+    })
+    revision = (await cur.fetchone())["revision"]
+    await _write_dependencies(conn, workspace_id, card_uuid, body.dependencies, replace=False)
+    if links:
+        await _write_links(conn, workspace_id, card_uuid, links, replace=False)
+    return card_uuid, revision
+
+
+async def update_card(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
+                      body: CardWrite, links: list[tuple[uuid.UUID, str]]) -> int:
+    """Replace a card's content, dependencies and outgoing links if ``body.revision`` is current.
+
+    Origin and source are kept (an administrator's edit never changes provenance).
+
+    :returns: the new revision.
+    :raises NotFound: no such card. :raises StaleRevision: the card has another revision.
+    """
+    from .errors import StaleRevision
+
+    row = await (await conn.execute(Q.card_revision_for_update, {"id": card_uuid})).fetchone()
+    if row is None:
+        raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
+    if row["revision"] != body.revision:
+        raise StaleRevision(
+            f"card {card_id_str(card_uuid)} is at revision {row['revision']}, "
+            f"the update edits revision {body.revision}",
+            current_revision=row["revision"],
+        )
+    cur = await conn.execute(Q.card_update, {
+        "id": card_uuid, "revision": body.revision, "family": body.family, "title": body.title,
+        "scope": body.scope, "concepts": body.concepts, "content": Jsonb(body.content),
+    })
+    revision = (await cur.fetchone())["revision"]
+    await _write_dependencies(conn, workspace_id, card_uuid, body.dependencies, replace=True)
+    await _write_links(conn, workspace_id, card_uuid, links, replace=True)
+    return revision
+
+
+async def delete_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> None:
+    """Delete a card; dependencies, links both ways and its projection row cascade.
+
+    :raises NotFound: no such card.
+    """
+    row = await (await conn.execute(Q.card_delete, {"id": card_uuid})).fetchone()
+    if row is None:
+        raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
+
+
+async def insert_op(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID, op: str,
+                    revision: int | None) -> int:
+    """Record a projection operation in the outbox; returns its id."""
+    cur = await conn.execute(Q.op_insert, {"workspace": workspace_id, "card_id": card_uuid,
+                                           "op": op, "revision": revision})
+    return (await cur.fetchone())["id"]
+
+
+async def record_activity(conn: AsyncConnection, workspace_id: str, *, actor: str, verb: str,
+                          outcome: str, card_uuid: uuid.UUID | None = None,
+                          detail: dict[str, Any] | None = None) -> None:
+    """Append an activity record (who, verb, card, outcome, time)."""
+    await conn.execute(Q.activity_insert, {
+        "workspace": workspace_id, "actor": actor, "verb": verb, "card_id": card_uuid,
+        "outcome": outcome, "detail": Jsonb(detail) if detail else None,
+    })
+
+
+async def pending_ops(conn: AsyncConnection, limit: int = 100, offset: int = 0) -> tuple[list[dict], int]:
+    """Incomplete projection operations (pending, running, failed) and their total count."""
+    cur = await conn.execute(Q.ops_pending_list, {"limit": limit, "offset": offset})
+    rows = await cur.fetchall()
+    total = (await (await conn.execute(Q.ops_pending_count)).fetchone())["n"]
+    return rows, total
+
+
+async def projection_state(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, Any] | None:
+    """``{revision, projected_revision, projected_format}`` of a card, or None when it is gone."""
+    return await (await conn.execute(Q.projection_state, {"card_id": card_uuid})).fetchone()
+
+
+async def projection_counts(conn: AsyncConnection) -> dict[str, int]:
+    """``{cards, current}``: how many cards the workspace has and how many are projected."""
+    return await (await conn.execute(Q.projection_counts, {"format": PROJECTION_FORMAT})).fetchone()
+
+
+async def family_counts(conn: AsyncConnection) -> dict[str, int]:
+    """Cards per family."""
+    cur = await conn.execute(Q.family_counts)
+    return {row["family"]: row["n"] for row in await cur.fetchall()}
+
+
+# ---- the list query (API list, CLI list, explorer list) ----
+
+class ListQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Filters, sort and page of a card listing. ``q`` is a text search or a ``mem-`` id."""
+
+    q: str | None = None
+    family: list[str] = []
+    origin: list[str] = []
+    page: int = 1
+    per_page: int = 20
+
+
+async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card], int]:
+    """One page of cards, sorted by ``updated_at desc, id``, and the total count.
+
+    :raises InvalidInput: page < 1, per_page outside 1..100, unknown family or origin.
+    """
+    if query.page < 1:
+        raise InvalidInput("page must be at least 1", field="page")
+    if not 1 <= query.per_page <= models.MAX_PER_PAGE:
+        raise InvalidInput(f"per_page must be between 1 and {models.MAX_PER_PAGE}", field="per_page")
+    for f in query.family:
+        if f not in models.FAMILIES:
+            raise InvalidInput(f"unknown family {f!r}", field="family")
+    for o in query.origin:
+        if o not in ("manual", "workflow", "import"):
+            raise InvalidInput(f"unknown origin {o!r}", field="origin")
+    where: list[sql.Composable] = [sql.SQL("true")]
+    params: dict[str, Any] = {}
+    if query.q:
+        if len(query.q) > models.MAX_QUERY:
+            raise InvalidInput(f"q is longer than {models.MAX_QUERY} characters", field="q")
+        card_uuid = models.parse_card_id(query.q)
+        if card_uuid is not None:
+            where.append(sql.SQL("c.id = %(q_id)s"))
+            params["q_id"] = card_uuid
+        else:
+            pattern = "%" + query.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append(sql.SQL("(c.title ILIKE %(q_like)s OR c.content::text ILIKE %(q_like)s)"))
+            params["q_like"] = pattern
+    if query.family:
+        where.append(sql.SQL("c.family = ANY(%(families)s)"))
+        params["families"] = query.family
+    if query.origin:
+        where.append(sql.SQL("c.origin = ANY(%(origins)s)"))
+        params["origins"] = query.origin
+    cond = sql.SQL(" AND ").join(where)
+    total_row = await (await conn.execute(
+        sql.SQL("SELECT count(*) AS n FROM cards c WHERE {}").format(cond), params)).fetchone()
+    params.update(limit=query.per_page, offset=(query.page - 1) * query.per_page)
+    cur = await conn.execute(
+        sql.SQL("SELECT c.id FROM cards c WHERE {} ORDER BY c.updated_at DESC, c.id "
+                "LIMIT %(limit)s OFFSET %(offset)s").format(cond), params)
+    ids = [row["id"] for row in await cur.fetchall()]
+    cards = await get_cards(conn, ids)
+    return [cards[i] for i in ids if i in cards], total_row["n"]
+
+
+def is_unique_violation(exc: BaseException) -> bool:
+    """True for a PostgreSQL unique violation."""
+    return isinstance(exc, psycopg.errors.UniqueViolation)

@@ -1,0 +1,396 @@
+"""The archive's use cases: every surface (writer API, CLI, explorer, importer) calls these.
+
+Each method checks the principal again (DESIGN §8), runs one PostgreSQL transaction under the
+workspace advisory lock, records the activity, and enqueues projection operations only after the
+commit. A write that committed is a success even when Redis, Qdrant or the embedder is down: it
+reports ``index_status: pending``. Rejected mutations leave only their activity record, written in
+a transaction of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import msgspec
+from psycopg.types.json import Jsonb
+
+from . import repository
+from .auth import Principal
+from .config import Settings
+from .db import Q, Database
+from .embedding import Embedder
+from .errors import ArchiveError, EmbedderUnavailable, IndexUnavailable, InvalidInput, NotFound
+from .index import IndexEngine
+from .models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink, SearchRequest,
+                     card_id_str, parse_card_id, validate_card_write)
+from .queue import ProjectionQueue
+from .recall import recall
+from .repository import PROJECTION_FORMAT, ListQuery
+
+log = logging.getLogger(__name__)
+
+IndexStatus = Literal["current", "pending", "failed"]
+MAX_IMPORT_CARDS = 20_000
+
+
+class WriteResult(msgspec.Struct):
+    """Response of a create or update: the card as committed and its index status."""
+
+    card: Card
+    index_status: IndexStatus
+
+
+class DeleteResult(msgspec.Struct):
+    """Response of a delete: the removed id and whether its point is gone yet."""
+
+    deleted: str
+    index_status: Literal["current", "pending"]
+
+
+class CardDetail(msgspec.Struct):
+    """A card with its incoming links and projection detail (show)."""
+
+    card: Card
+    incoming_links: list[IncomingLink]
+    open_operations: list[dict[str, Any]]
+
+
+class CardPage(msgspec.Struct):
+    """One page of a listing."""
+
+    cards: list[Card]
+    total: int
+    page: int
+    per_page: int
+
+
+class PendingPage(msgspec.Struct):
+    """Incomplete projection operations."""
+
+    operations: list[dict[str, Any]]
+    total: int
+
+
+class RetryResult(msgspec.Struct):
+    """Operations re-queued by a retry."""
+
+    card_id: str
+    operations: list[int]
+    enqueued: bool
+
+
+class ImportResult(msgspec.Struct):
+    """Cards created by an import, per family."""
+
+    created: int
+    by_family: dict[str, int]
+    enqueued: bool
+
+
+def _card_uuid(card_id: str) -> uuid.UUID:
+    cid = parse_card_id(card_id)
+    if cid is None:
+        raise NotFound(f"no card {card_id!r} in this workspace")
+    return cid
+
+
+class Archive:
+    """The archive's services over one database, queue and (optionally) index and embedder.
+
+    ``index`` and ``embedder`` may be None (a writer without an index): card administration works,
+    recall raises :class:`IndexUnavailable` / :class:`EmbedderUnavailable`.
+    """
+
+    def __init__(self, settings: Settings, db: Database, queue: ProjectionQueue,
+                 index: IndexEngine | None = None, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.queue = queue
+        self.index = index
+        self.embedder = embedder
+
+    # ---- helpers ----
+
+    async def _reject(self, principal: Principal, workspace: str, verb: str,
+                      card_uuid: uuid.UUID | None, exc: ArchiveError) -> None:
+        """Record a rejected mutation in its own transaction (the only trace it leaves)."""
+        if workspace != principal.workspace:
+            return
+        try:
+            async with self.db.transaction(workspace) as conn:
+                await repository.record_activity(
+                    conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
+                    outcome=f"rejected:{exc.code}", detail={"message": exc.message[:500]})
+        except ArchiveError:
+            log.warning("could not record rejected %s in %s", verb, workspace)
+
+    async def _wait(self, workspace: str, card_uuid: uuid.UUID, seconds: float,
+                    deleted: bool = False) -> str:
+        deadline = time.monotonic() + min(max(seconds, 0.0), MAX_WAIT_SECONDS)
+        while True:
+            async with self.db.transaction(workspace, read_only=True) as conn:
+                if deleted:
+                    cur = await conn.execute(Q.ops_open_for_card, {"card_id": card_uuid})
+                    done = not await cur.fetchall()
+                else:
+                    state = await repository.projection_state(conn, card_uuid)
+                    done = bool(state and state["projected_revision"] == state["revision"]
+                                and state["projected_format"] == PROJECTION_FORMAT)
+            if done:
+                return "current"
+            if time.monotonic() >= deadline:
+                return "pending"
+            await asyncio.sleep(0.1)
+
+    # ---- card administration (memory.manage) ----
+
+    async def create_card(self, principal: Principal, workspace: str, body: CardWrite,
+                          wait: float = 0.0) -> WriteResult:
+        """Create a manual card; enqueue its projection after commit.
+
+        :param wait: seconds (≤ 30) to wait for the projection to become current.
+        :raises InvalidInput: invalid body or link. :raises Forbidden / NotFound: principal.
+        """
+        principal.require(workspace, "memory.manage")
+        try:
+            if body.revision is not None:
+                raise InvalidInput("a new card has no revision", field="revision")
+            validate_card_write(body)
+            async with self.db.transaction(workspace, lock="exclusive") as conn:
+                await repository.workspace(conn, workspace)
+                links = await repository.resolve_link_targets(conn, body.links)
+                card_uuid, revision = await repository.insert_card(conn, workspace, body,
+                                                                   origin="manual", links=links)
+                op_id = await repository.insert_op(conn, workspace, card_uuid, "upsert", revision)
+                await repository.record_activity(conn, workspace, actor=principal.actor,
+                                                 verb="create", card_uuid=card_uuid, outcome="ok")
+        except (InvalidInput, NotFound) as exc:
+            await self._reject(principal, workspace, "create", None, exc)
+            raise
+        await self.queue.enqueue(workspace, [op_id])
+        status = await self._wait(workspace, card_uuid, wait) if wait > 0 else "pending"
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            card = await repository.get_card(conn, card_uuid)
+        return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
+
+    async def update_card(self, principal: Principal, workspace: str, card_id: str,
+                          body: CardWrite, wait: float = 0.0) -> WriteResult:
+        """Replace a card's editable fields if ``body.revision`` is its current revision.
+
+        :raises StaleRevision: another revision is current (409). :raises NotFound: no such card.
+        :raises InvalidInput: invalid body or link.
+        """
+        principal.require(workspace, "memory.manage")
+        card_uuid = _card_uuid(card_id)
+        try:
+            if body.revision is None:
+                raise InvalidInput("an update must name the revision it edits", field="revision")
+            validate_card_write(body)
+            async with self.db.transaction(workspace, lock="exclusive") as conn:
+                links = await repository.resolve_link_targets(conn, body.links, self_id=card_uuid)
+                revision = await repository.update_card(conn, workspace, card_uuid, body, links)
+                op_id = await repository.insert_op(conn, workspace, card_uuid, "upsert", revision)
+                await repository.record_activity(conn, workspace, actor=principal.actor,
+                                                 verb="update", card_uuid=card_uuid, outcome="ok",
+                                                 detail={"revision": revision})
+        except ArchiveError as exc:
+            if exc.status < 500:
+                await self._reject(principal, workspace, "update", card_uuid, exc)
+            raise
+        await self.queue.enqueue(workspace, [op_id])
+        status = await self._wait(workspace, card_uuid, wait) if wait > 0 else "pending"
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            card = await repository.get_card(conn, card_uuid)
+        return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
+
+    async def delete_card(self, principal: Principal, workspace: str, card_id: str,
+                          wait: float = 0.0) -> DeleteResult:
+        """Delete a card with its dependencies and every link into or out of it; queue the point
+        deletion. Linking cards keep their revision (links are not projected).
+
+        :raises NotFound: no such card.
+        """
+        principal.require(workspace, "memory.manage")
+        card_uuid = _card_uuid(card_id)
+        try:
+            async with self.db.transaction(workspace, lock="exclusive") as conn:
+                await repository.delete_card(conn, card_uuid)
+                op_id = await repository.insert_op(conn, workspace, card_uuid, "delete", None)
+                await repository.record_activity(conn, workspace, actor=principal.actor,
+                                                 verb="delete", card_uuid=card_uuid, outcome="ok")
+        except NotFound as exc:
+            await self._reject(principal, workspace, "delete", card_uuid, exc)
+            raise
+        await self.queue.enqueue(workspace, [op_id])
+        status = await self._wait(workspace, card_uuid, wait, deleted=True) if wait > 0 else "pending"
+        return DeleteResult(deleted=card_id_str(card_uuid), index_status=status)  # type: ignore[arg-type]
+
+    async def get_card(self, principal: Principal, workspace: str, card_id: str) -> CardDetail:
+        """One card with incoming links and its open projection operations.
+
+        :raises NotFound: no such card in this workspace (another workspace's id included).
+        """
+        principal.require(workspace, "memory.manage")
+        card_uuid = _card_uuid(card_id)
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            card = await repository.get_card(conn, card_uuid)
+            incoming = await repository.incoming_links(conn, card_uuid)
+            cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": card_uuid})
+            ops = await cur.fetchall()
+        return CardDetail(card=card, incoming_links=incoming, open_operations=ops)
+
+    async def list_cards(self, principal: Principal, workspace: str, query: ListQuery) -> CardPage:
+        """A page of cards (``updated_at desc, id``) with the total count.
+
+        :raises InvalidInput: bad page, per_page, family or origin.
+        """
+        principal.require(workspace, "memory.manage")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await repository.workspace(conn, workspace)
+            cards, total = await repository.list_cards(conn, query)
+        return CardPage(cards=cards, total=total, page=query.page, per_page=query.per_page)
+
+    async def pending(self, principal: Principal, workspace: str, limit: int = 100,
+                      offset: int = 0) -> PendingPage:
+        """Incomplete projection operations, upserts and deletions, oldest first."""
+        principal.require(workspace, "memory.manage")
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            rows, total = await repository.pending_ops(conn, limit, offset)
+        return PendingPage(operations=rows, total=total)
+
+    async def retry(self, principal: Principal, workspace: str, card_id: str) -> RetryResult:
+        """Re-run a card's projection against its current state: re-queue its open operations
+        (failed ones too), or queue a new upsert when the card has none. A retry for a deleted
+        card completes the point deletion; it never brings content back.
+
+        :raises NotFound: neither a card nor an open operation with that id.
+        """
+        principal.require(workspace, "memory.manage")
+        card_uuid = _card_uuid(card_id)
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            cur = await conn.execute(Q.ops_reset_for_retry, {"card_id": card_uuid})
+            op_ids = [r["id"] for r in await cur.fetchall()]
+            if not op_ids:
+                state = await repository.projection_state(conn, card_uuid)
+                if state is None:
+                    raise NotFound(f"no card or open operation {card_id_str(card_uuid)}")
+                op_ids = [await repository.insert_op(conn, workspace, card_uuid, "upsert",
+                                                     state["revision"])]
+            await repository.record_activity(conn, workspace, actor=principal.actor, verb="retry",
+                                             card_uuid=card_uuid, outcome="ok",
+                                             detail={"operations": op_ids})
+        enqueued = await self.queue.enqueue(workspace, op_ids)
+        return RetryResult(card_id=card_id_str(card_uuid), operations=op_ids, enqueued=enqueued)
+
+    # ---- recall (memory.read) ----
+
+    async def search(self, principal: Principal, workspace: str, req: SearchRequest):
+        """Verified recall; see :func:`shared.recall.recall`.
+
+        :raises IndexUnavailable / EmbedderUnavailable: this process has no index or model.
+        """
+        principal.require(workspace, "memory.read")
+        if self.index is None:
+            raise IndexUnavailable("this process has no search index (start `memarc up`, or set "
+                                   "MEMARC_QDRANT_URL)")
+        if self.embedder is None:
+            raise EmbedderUnavailable()
+        return await recall(self.db, self.index, self.embedder, principal, workspace, req)
+
+    # ---- bulk import ----
+
+    async def import_cards(self, principal: Principal, workspace: str,
+                           lines: Iterable[ImportCard]) -> ImportResult:
+        """Create cards from a cards file in one transaction (all or nothing), through the same
+        validation as the API. Links name other lines' ``key`` or existing ``mem-`` ids.
+
+        :raises InvalidInput: a line is invalid (its key is named), duplicate keys, unknown link
+            targets, more than 20,000 cards.
+        """
+        principal.require(workspace, "memory.manage")
+        cards = list(lines)
+        try:
+            if len(cards) > MAX_IMPORT_CARDS:
+                raise InvalidInput(f"an import holds at most {MAX_IMPORT_CARDS} cards")
+            ids: dict[str, uuid.UUID] = {}
+            for n, card in enumerate(cards, start=1):
+                try:
+                    validate_card_write(card)
+                except InvalidInput as exc:
+                    raise InvalidInput(f"line {n} (key {card.key!r}): {exc.message}") from exc
+                if card.key in ids:
+                    raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
+                ids[card.key] = uuid.uuid4()
+            async with self.db.transaction(workspace, lock="exclusive") as conn:
+                await repository.workspace(conn, workspace)
+                external = [parse_card_id(link.target) for c in cards for link in c.links
+                            if link.target not in ids]
+                if any(t is None for t in external):
+                    bad = next(link.target for c in cards for link in c.links
+                               if link.target not in ids and parse_card_id(link.target) is None)
+                    raise InvalidInput(f"link target {bad!r} is neither a key of this file nor a card id")
+                if external:
+                    cur = await conn.execute(Q.card_ids_existing, {"ids": external})
+                    existing = {r["id"] for r in await cur.fetchall()}
+                    missing = [t for t in external if t not in existing]
+                    if missing:
+                        raise InvalidInput(f"link target {card_id_str(missing[0])} is not a card "
+                                           "of this workspace")
+                await self._bulk_insert(conn, workspace, cards, ids)
+                cur = await conn.execute(Q.ops_insert_bulk, {
+                    "workspace": workspace, "ids": list(ids.values())})
+                op_ids = [r["id"] for r in await cur.fetchall()]
+                await repository.record_activity(conn, workspace, actor=principal.actor,
+                                                 verb="import", outcome="ok",
+                                                 detail={"cards": len(cards)})
+        except InvalidInput as exc:
+            await self._reject(principal, workspace, "import", None, exc)
+            raise
+        enqueued = await self.queue.enqueue(workspace, op_ids)
+        return ImportResult(created=len(cards),
+                            by_family=dict(sorted(Counter(c.family for c in cards).items())),
+                            enqueued=enqueued)
+
+    async def _bulk_insert(self, conn: Any, workspace: str, cards: list[ImportCard],
+                           ids: dict[str, uuid.UUID]) -> None:
+        async with conn.cursor() as cur:
+            await cur.executemany(Q.card_insert_noreturn, [{
+                "workspace": workspace, "id": ids[c.key], "family": c.family, "title": c.title,
+                "scope": c.scope, "origin": "import",
+                "source": Jsonb(msgspec.to_builtins(c.source)) if c.source else None,
+                "concepts": c.concepts, "content": Jsonb(c.content)} for c in cards])
+            await cur.executemany(Q.dependency_insert, [{
+                "workspace": workspace, "card_id": ids[c.key], "ordinal": i,
+                "database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
+                for c in cards for i, d in enumerate(c.dependencies)])
+            link_rows = []
+            for c in cards:
+                for link in c.links:
+                    target = ids.get(link.target) or parse_card_id(link.target)
+                    if target == ids[c.key]:
+                        raise InvalidInput(f"key {c.key!r} links to itself")
+                    link_rows.append({"workspace": workspace, "source_id": ids[c.key],
+                                      "target_id": target, "meaning": link.meaning.strip()})
+            if link_rows:
+                await cur.executemany(Q.link_insert, link_rows)
+
+    # ---- status ----
+
+    async def status(self, principal: Principal, workspace: str) -> dict[str, Any]:
+        """Cards per family, how many are projected, and open operations."""
+        principal.require(workspace, "memory.read")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await repository.workspace(conn, workspace)
+            families = await repository.family_counts(conn)
+            counts = await repository.projection_counts(conn)
+            _, open_ops = await repository.pending_ops(conn, 1, 0)
+        return {"workspace": workspace, "by_family": families, "cards": counts["cards"],
+                "current": counts["current"], "open_operations": open_ops}

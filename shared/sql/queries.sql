@@ -1,0 +1,247 @@
+-- Runtime queries of the memory archive, referred to by name from shared/ (db.Q.<name>).
+-- Every query runs inside Database.transaction(): role and workspace (RLS) are already set.
+
+-- name: workspace_lock
+SELECT pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0));
+
+-- name: workspace_lock_shared
+SELECT pg_advisory_xact_lock_shared(hashtextextended('memarc.workspace:' || %(workspace)s, 0));
+
+-- name: card_projection_lock
+SELECT pg_advisory_xact_lock(hashtextextended('memarc.card:' || %(card_id)s::text, 0));
+
+-- name: workspace_get
+SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
+
+-- name: card_insert
+INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
+VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
+        %(concepts)s, %(content)s)
+RETURNING revision;
+
+-- name: card_update
+UPDATE cards
+SET family = %(family)s, title = %(title)s, scope = %(scope)s, concepts = %(concepts)s,
+    content = %(content)s, revision = revision + 1, updated_at = now()
+WHERE id = %(id)s AND revision = %(revision)s
+RETURNING revision;
+
+-- name: card_revision_for_update
+SELECT revision FROM cards WHERE id = %(id)s FOR UPDATE;
+
+-- name: card_delete
+DELETE FROM cards WHERE id = %(id)s RETURNING id;
+
+-- name: card_ids_existing
+SELECT id FROM cards WHERE id = ANY(%(ids)s);
+
+-- name: dependencies_delete
+DELETE FROM card_dependencies WHERE card_id = %(card_id)s;
+
+-- name: dependency_insert
+INSERT INTO card_dependencies (workspace_id, card_id, ordinal, database_name, schema_name,
+                               table_name, column_name)
+VALUES (%(workspace)s, %(card_id)s, %(ordinal)s, %(database)s, %(schema)s, %(table)s, %(column)s);
+
+-- name: links_delete_outgoing
+DELETE FROM card_links WHERE source_id = %(card_id)s;
+
+-- name: link_insert
+INSERT INTO card_links (workspace_id, source_id, target_id, meaning)
+VALUES (%(workspace)s, %(source_id)s, %(target_id)s, %(meaning)s);
+
+-- name: cards_get
+-- Full cards with dependencies, outgoing links and projection state, for ids in %(ids)s.
+SELECT c.id, c.workspace_id, c.family, c.title, c.scope, c.origin, c.source, c.concepts,
+       c.content, c.revision, c.created_at, c.updated_at,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('database', d.database_name,
+                                                     'schema', d.schema_name,
+                                                     'table', d.table_name,
+                                                     'column', d.column_name) ORDER BY d.ordinal)
+                 FROM card_dependencies d WHERE d.card_id = c.id), '[]'::jsonb) AS dependencies,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('target', 'mem-' || l.target_id::text,
+                                                     'meaning', l.meaning) ORDER BY l.target_id)
+                 FROM card_links l WHERE l.source_id = c.id), '[]'::jsonb) AS links,
+       p.revision AS projected_revision, p.format AS projected_format,
+       EXISTS (SELECT 1 FROM projection_ops o
+               WHERE o.card_id = c.id AND o.status = 'failed') AS has_failed_op
+FROM cards c
+LEFT JOIN projections p ON p.card_id = c.id
+WHERE c.id = ANY(%(ids)s);
+
+-- name: incoming_links
+SELECT 'mem-' || l.source_id::text AS source, c.title, l.meaning
+FROM card_links l JOIN cards c ON c.id = l.source_id
+WHERE l.target_id = %(card_id)s
+ORDER BY l.source_id;
+
+-- name: recall_candidates
+-- Verification rows for index hits: what the filters and the projection check need.
+SELECT c.id, c.family, c.scope, c.concepts, c.revision,
+       p.revision AS projected_revision, p.format AS projected_format,
+       coalesce((SELECT array_agg(ARRAY[d.database_name, d.schema_name, d.table_name, d.column_name]
+                                  ORDER BY d.ordinal)
+                 FROM card_dependencies d WHERE d.card_id = c.id), '{}') AS dependencies
+FROM cards c
+LEFT JOIN projections p ON p.card_id = c.id
+WHERE c.id = ANY(%(ids)s);
+
+-- name: links_outgoing_bounded
+-- At most %(per_card)s outgoing links per source card, in stable target-id order (DESIGN §5.3).
+SELECT source_id, target_id, meaning
+FROM (SELECT source_id, target_id, meaning,
+             row_number() OVER (PARTITION BY source_id ORDER BY target_id) AS n
+      FROM card_links WHERE source_id = ANY(%(ids)s)) l
+WHERE n <= %(per_card)s
+ORDER BY source_id, target_id;
+
+-- name: op_insert
+INSERT INTO projection_ops (workspace_id, card_id, op, revision)
+VALUES (%(workspace)s, %(card_id)s, %(op)s, %(revision)s)
+RETURNING id;
+
+-- name: ops_claim
+-- Lease the given operation plus up to %(limit)s - 1 other claimable ones of the workspace
+-- (pending, or running with an expired lease), skipping rows another worker is claiming.
+UPDATE projection_ops o
+SET status = 'running', attempts = o.attempts + 1, updated_at = now(),
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE o.id IN (
+    SELECT id FROM projection_ops
+    WHERE workspace_id = %(workspace)s
+      AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
+      AND (id = %(op_id)s OR %(batch)s)
+    ORDER BY (id = %(op_id)s) DESC, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING o.id, o.card_id, o.op, o.revision, o.attempts;
+
+-- name: ops_complete
+UPDATE projection_ops
+SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
+    last_error = NULL
+WHERE id = ANY(%(ids)s) AND status <> 'done';
+
+-- name: ops_supersede
+-- Open upserts of a card at or below the revision just projected are complete.
+UPDATE projection_ops
+SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
+WHERE card_id = %(card_id)s AND status = 'pending' AND op = 'upsert' AND revision <= %(revision)s;
+
+-- name: ops_supersede_deleted
+-- Every open operation of a deleted card is complete once its point is gone (ids are never reused).
+UPDATE projection_ops
+SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
+WHERE card_id = %(card_id)s AND status = 'pending';
+
+-- name: ops_fail
+UPDATE projection_ops
+SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
+    last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
+WHERE id = ANY(%(ids)s) AND status = 'running';
+
+-- name: ops_open_for_sweep
+SELECT id FROM projection_ops
+WHERE workspace_id = %(workspace)s
+  AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: ops_open_for_card
+SELECT id FROM projection_ops
+WHERE card_id = %(card_id)s AND status <> 'done'
+ORDER BY id;
+
+-- name: ops_reset_for_retry
+UPDATE projection_ops
+SET status = 'pending', lease_expires_at = NULL, updated_at = now()
+WHERE card_id = %(card_id)s AND status IN ('failed', 'pending')
+RETURNING id;
+
+-- name: ops_pending_list
+SELECT o.id, 'mem-' || o.card_id::text AS card_id, o.op, o.revision, o.status, o.attempts,
+       o.last_error, o.lease_expires_at, o.created_at, o.updated_at,
+       extract(epoch FROM now() - o.created_at)::float8 AS age_seconds,
+       c.title
+FROM projection_ops o
+LEFT JOIN cards c ON c.id = o.card_id
+WHERE o.status <> 'done'
+ORDER BY o.id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: ops_pending_count
+SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
+
+-- name: projection_record
+-- Record the valid projection only if the card still has the revision that was projected.
+INSERT INTO projections (workspace_id, card_id, revision, format, projected_at)
+SELECT workspace_id, id, revision, %(format)s, now()
+FROM cards WHERE id = %(card_id)s AND revision = %(revision)s
+ON CONFLICT (card_id) DO UPDATE
+SET revision = EXCLUDED.revision, format = EXCLUDED.format, projected_at = EXCLUDED.projected_at
+RETURNING card_id;
+
+-- name: projection_state
+SELECT c.revision, p.revision AS projected_revision, p.format AS projected_format
+FROM cards c LEFT JOIN projections p ON p.card_id = c.id
+WHERE c.id = %(card_id)s;
+
+-- name: projection_counts
+SELECT count(*) AS cards,
+       count(*) FILTER (WHERE p.revision = c.revision AND p.format = %(format)s) AS current
+FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
+
+-- name: family_counts
+SELECT family, count(*) AS n FROM cards GROUP BY family ORDER BY family;
+
+-- name: activity_insert
+INSERT INTO activity (workspace_id, actor, verb, card_id, outcome, detail)
+VALUES (%(workspace)s, %(actor)s, %(verb)s, %(card_id)s, %(outcome)s, %(detail)s);
+
+-- name: token_authenticate
+SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
+FROM authenticate_token(%(digest)s);
+
+-- name: token_touch
+SELECT touch_token(%(token_id)s);
+
+-- name: card_insert_noreturn
+INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
+VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
+        %(concepts)s, %(content)s);
+
+-- name: ops_insert_bulk
+-- One upsert operation per new card (bulk import), at the cards' current revision.
+INSERT INTO projection_ops (workspace_id, card_id, op, revision)
+SELECT %(workspace)s, c.id, 'upsert', c.revision
+FROM cards c WHERE c.id = ANY(%(ids)s)
+ORDER BY c.id
+RETURNING id;
+
+-- name: ops_pending_list_for_card
+SELECT id, op, revision, status, attempts, last_error, created_at,
+       extract(epoch FROM now() - created_at)::float8 AS age_seconds
+FROM projection_ops
+WHERE card_id = %(card_id)s AND status <> 'done'
+ORDER BY id;
+
+-- Bootstrap statements: run with the migrator credentials as role memarc_migrator.
+
+-- name: bootstrap_workspace_insert
+INSERT INTO workspaces (id, language) VALUES (%(workspace)s, %(language)s)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, language, created_at;
+
+-- name: bootstrap_workspace_get
+SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
+
+-- name: bootstrap_token_insert
+INSERT INTO api_tokens (id, workspace_id, token_hash, permissions, database_name, schema_name,
+                        label, expires_at)
+VALUES (%(id)s, %(workspace)s, %(digest)s, %(permissions)s, %(database)s, %(schema)s,
+        %(label)s, %(expires_at)s);
+
+-- name: bootstrap_token_revoke
+UPDATE api_tokens SET revoked_at = now()
+WHERE id = %(id)s AND revoked_at IS NULL
+RETURNING id, workspace_id;

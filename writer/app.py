@@ -1,0 +1,275 @@
+"""The writer: a Litestar app over :class:`shared.service.Archive` (DESIGN §3, §5, §8).
+
+Handlers parse, call ``shared``, return. Errors are translated in one table of exception handlers
+into RFC 9457 problem details (``application/problem+json``) with a machine-readable ``code``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import msgspec
+import psycopg
+from litestar import Controller, Litestar, Request, Response, delete, get, post, put
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+
+from shared import models
+from shared.auth import Principal, authenticate
+from shared.config import Settings
+from shared.errors import ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput, Unauthorized
+from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
+from shared.repository import ListQuery
+from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
+                            RetryResult, WriteResult)
+from shared.worker import Resources
+
+log = logging.getLogger("memarc.writer")
+
+PROBLEM = "application/problem+json"
+MAX_IMPORT_BYTES = 64_000_000
+
+WorkspaceId = Annotated[str, Parameter(description="Workspace id", max_length=63)]
+CardId = Annotated[str, Parameter(description="Card id, mem-<UUID>", max_length=60)]
+Wait = Annotated[float | None, Parameter(
+    description="Seconds (0..30) to wait for the projection to become current", ge=0, le=30)]
+
+
+def problem(status: int, title: str, detail: str, code: str, request: Request | None = None,
+            **extra: Any) -> Response:
+    """An RFC 9457 problem-details response."""
+    body: dict[str, Any] = {"type": f"https://memarc.dev/problems/{code}", "title": title,
+                            "status": status, "detail": detail, "code": code}
+    if request is not None:
+        body["instance"] = request.url.path
+    body.update({k: v for k, v in extra.items() if v is not None})
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return Response(content=body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _archive_error(request: Request, exc: ArchiveError) -> Response:
+    if exc.status >= 500:
+        log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
+    title = (type(exc).__doc__ or "").strip().splitlines()[0]
+    return problem(exc.status, title, exc.message, exc.code, request, **exc.extra)
+
+
+def _http_error(request: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    if isinstance(exc, ValidationException):
+        return problem(400, "The request is not valid.", str(exc.detail), "bad_request", request,
+                       errors=exc.extra or None)
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large",
+             401: "unauthorized", 403: "forbidden"}
+    return problem(status, str(exc.detail), str(exc.detail), codes.get(status, "http_error"), request)
+
+
+def _db_error(request: Request, exc: psycopg.OperationalError) -> Response:
+    return _archive_error(request, DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}"))
+
+
+def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(500, "Internal error", "the archive could not complete the request",
+                   "internal_error", request)
+
+
+async def provide_archive(state: State) -> Archive:
+    """The process's :class:`Archive` (opened in the lifespan)."""
+    return state.archive
+
+
+async def provide_principal(request: Request, state: State) -> Principal:
+    """The caller's principal from ``Authorization: Bearer <token>``.
+
+    :raises Unauthorized: missing, unknown, revoked or expired token.
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("send Authorization: Bearer <token>")
+    try:
+        return await authenticate(state.archive.db, token.strip())
+    except Unauthorized:
+        client = request.client.host if request.client else "?"
+        log.warning("failed authentication from %s on %s", client, request.url.path)
+        raise
+
+
+def _wait(wait: float | None) -> float:
+    return float(wait or 0.0)
+
+
+class MemoryController(Controller):
+    """Cards of one workspace: administration (memory.manage) and recall (memory.read)."""
+
+    path = "/api/workspaces/{workspace_id:str}/memory"
+    dependencies = {"archive": Provide(provide_archive), "principal": Provide(provide_principal)}
+    tags = ["memory"]
+    security = [{"bearer": []}]
+
+    @get("", summary="List cards")
+    async def list_cards(
+        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+        q: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_QUERY)]] = None,
+        family: FromQuery[list[models.Family] | None] = None,
+        origin: FromQuery[list[models.Origin] | None] = None,
+        page: FromQuery[Annotated[int, Parameter(ge=1, le=1_000_000)]] = 1,
+        per_page: FromQuery[Annotated[int, Parameter(ge=1, le=models.MAX_PER_PAGE)]] = 20,
+    ) -> CardPage:
+        """A page of cards sorted by ``updated_at desc, id``; ``q`` is a text search or a card
+        id; ``family`` and ``origin`` repeatable. Errors: 401, 403, 404 (workspace), 422."""
+        query = ListQuery(q=q, family=list(family or []), origin=list(origin or []), page=page,
+                          per_page=per_page)
+        return await archive.list_cards(principal, workspace_id, query)
+
+    @post("", summary="Create a card", status_code=201)
+    async def create_card(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                          workspace_id: FromPath[WorkspaceId], data: JSONBody[CardWrite],
+                          wait: FromQuery[Wait] = None) -> WriteResult:
+        """Create a manual card. 201 with ``index_status`` (``pending`` unless ``wait`` saw the
+        projection complete). Errors: 400 malformed, 422 invalid (link to a missing card or another
+        workspace's card included), 401, 403, 404, 503 ``database_unavailable``."""
+        return await archive.create_card(principal, workspace_id, data, _wait(wait))
+
+    @get("/pending", summary="Incomplete index operations")
+    async def pending(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                      workspace_id: FromPath[WorkspaceId],
+                      limit: FromQuery[Annotated[int, Parameter(ge=1, le=1000)]] = 100,
+                      offset: FromQuery[Annotated[int, Parameter(ge=0)]] = 0) -> PendingPage:
+        """Every incomplete projection operation (upserts and deletions): card id, operation,
+        status, attempts, last error, age in seconds."""
+        return await archive.pending(principal, workspace_id, limit, offset)
+
+    @get("/status", summary="Card and projection counts")
+    async def status(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                     workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
+        """Cards per family, how many have a current projection, open operations."""
+        return await archive.status(principal, workspace_id)
+
+    @post("/search", summary="Verified hybrid recall", status_code=200)
+    async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                     workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
+        """Hybrid (dense + BM25, reciprocal rank fusion k = 60) search, verified against
+        PostgreSQL. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
+        exclude?}``. Errors: 400/422 bad input, 403 (permission or binding), 503
+        ``index_unavailable`` / ``index_incompatible`` / ``embedder_unavailable`` /
+        ``database_unavailable`` (never an empty success)."""
+        return await archive.search(principal, workspace_id, data)
+
+    @post("/import", summary="Import a cards file (JSON Lines)", status_code=201,
+          request_max_body_size=MAX_IMPORT_BYTES)
+    async def import_cards(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], request: Request,
+                           workspace_id: FromPath[WorkspaceId]) -> ImportResult:
+        """Create cards from a JSON Lines body (one card per line, ``key`` + card fields; links
+        by key or card id), optionally ``Content-Encoding: gzip``. All or nothing. Errors: 400
+        unreadable, 422 invalid line (named), 413 too large."""
+        raw = await request.body()
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            try:
+                raw = gzip.decompress(raw)
+            except (OSError, EOFError) as exc:
+                raise BadRequest(f"body is not valid gzip: {exc}") from exc
+            if len(raw) > MAX_IMPORT_BYTES * 4:
+                raise BadRequest("decompressed body is too large")
+        cards = []
+        for n, line in enumerate(raw.splitlines(), start=1):
+            if line.strip():
+                try:
+                    cards.append(models.decode_json(line, ImportCard))
+                except ArchiveError as exc:
+                    raise InvalidInput(f"line {n}: {exc.message}") from exc
+        return await archive.import_cards(principal, workspace_id, cards)
+
+    @get("/{card_id:str}", summary="Show a card")
+    async def show(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                   workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]) -> CardDetail:
+        """The card, incoming links and open operations. 404 for a missing card and for a card
+        of another workspace alike."""
+        return await archive.get_card(principal, workspace_id, card_id)
+
+    @put("/{card_id:str}", summary="Update a card")
+    async def update(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                     workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
+                     data: JSONBody[CardWrite], wait: FromQuery[Wait] = None) -> WriteResult:
+        """Replace the card's editable fields; the body's ``revision`` is the one edited.
+        Errors: 409 ``stale_revision`` (nothing changed), 404, 422."""
+        return await archive.update_card(principal, workspace_id, card_id, data, _wait(wait))
+
+    @delete("/{card_id:str}", summary="Delete a card", status_code=200)
+    async def remove(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                     workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
+                     wait: FromQuery[Wait] = None) -> DeleteResult:
+        """Delete the card, its dependencies and every link into or out of it; its point is
+        removed by the worker. Errors: 404."""
+        return await archive.delete_card(principal, workspace_id, card_id, _wait(wait))
+
+    @post("/{card_id:str}/retry", summary="Re-run a card's projection", status_code=202)
+    async def retry(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                    workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]) -> RetryResult:
+        """Re-queue the card's open (or failed) operations against its current state; for a
+        deleted card this completes the point deletion. Errors: 404."""
+        return await archive.retry(principal, workspace_id, card_id)
+
+
+@get("/healthz", summary="Liveness", include_in_schema=True, tags=["health"])
+async def healthz() -> dict[str, str]:
+    """Always ``{"status": "ok"}`` while the process serves HTTP."""
+    return {"status": "ok"}
+
+
+@get("/readyz", summary="Readiness", tags=["health"])
+async def readyz(state: State) -> dict[str, str]:
+    """``{"status": "ready"}`` when PostgreSQL answers with the expected schema; 503 otherwise."""
+    await state.archive.db.check_schema()
+    return {"status": "ready"}
+
+
+def create_app(settings: Settings, resources: Resources | None = None) -> Litestar:
+    """The writer app. Opens its own :class:`Resources` in the lifespan unless ``resources`` is
+    given (``memarc up`` shares one set with the worker and the explorer)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if resources is not None:  # shared resources: opened and closed by their owner
+            yield
+            return
+        res = await Resources.open(settings, with_index=True)
+        app.state.archive = Archive(settings, res.db, res.queue, res.index, res.embedder)
+        try:
+            yield
+        finally:
+            await res.close()
+
+    state = State()
+    if resources is not None:
+        state.archive = Archive(settings, resources.db, resources.queue, resources.index,
+                                resources.embedder)
+    return Litestar(
+        route_handlers=[MemoryController, healthz, readyz],
+        lifespan=[lifespan],
+        state=state,
+        exception_handlers={
+            ArchiveError: _archive_error,
+            HTTPException: _http_error,
+            psycopg.OperationalError: _db_error,
+            Exception: _internal_error,
+        },
+        openapi_config=OpenAPIConfig(
+            title="Memory archive writer", version="0.1.0", path="/schema",
+            components=Components(security_schemes={
+                "bearer": SecurityScheme(type="http", scheme="bearer",
+                                         description="API token from `memarc token create`")}),
+        ),
+        request_max_body_size=models.MAX_BODY_BYTES,
+        debug=False,
+    )
+
