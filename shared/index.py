@@ -160,7 +160,8 @@ class QdrantClientEngine:
                     self._client = QdrantClient(path=self.settings.resolved_qdrant_path())
                 else:
                     self._client = QdrantClient(url=self.settings.qdrant_url,
-                                                api_key=self.settings.qdrant_api_key, timeout=10)
+                                                api_key=self.settings.qdrant_api_key, timeout=10,
+                                                check_compatibility=False)
             except RuntimeError as exc:  # local storage already locked by another process
                 raise IndexUnavailable(f"embedded index unavailable: {exc}") from exc
         return self._client

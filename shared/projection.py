@@ -26,7 +26,7 @@ from .repository import PROJECTION_FORMAT
 log = logging.getLogger(__name__)
 
 #: Operations leased together by one job (one embedding batch).
-BATCH_SIZE = 64
+BATCH_SIZE = 128
 
 
 def projected_text(card: Card) -> str:

@@ -29,6 +29,7 @@ from .errors import ArchiveError, EmbedderUnavailable, IndexUnavailable, Invalid
 from .index import IndexEngine
 from .models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink, SearchRequest,
                      card_id_str, parse_card_id, validate_card_write)
+from .projection import BATCH_SIZE
 from .queue import ProjectionQueue
 from .recall import recall
 from .repository import PROJECTION_FORMAT, ListQuery
@@ -354,7 +355,9 @@ class Archive:
         except InvalidInput as exc:
             await self._reject(principal, workspace, "import", None, exc)
             raise
-        enqueued = await self.queue.enqueue(workspace, op_ids)
+        # One job per projection batch: each job leases a batch of open operations itself, and
+        # the sweep re-offers any operation whose job was lost.
+        enqueued = await self.queue.enqueue(workspace, op_ids[::BATCH_SIZE])
         return ImportResult(created=len(cards),
                             by_family=dict(sorted(Counter(c.family for c in cards).items())),
                             enqueued=enqueued)

@@ -18,7 +18,7 @@ from .config import Settings
 from .db import Q, Database
 from .embedding import Embedder
 from .index import IndexEngine, QdrantClientEngine
-from .projection import project_operations
+from .projection import BATCH_SIZE, project_operations
 from .queue import PROJECT_JOB, QUEUE_NAME, ProjectionQueue, job_id, redis_settings
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ async def sweep(ctx: dict[str, Any]) -> int:
         async with res.db.transaction(ws) as conn:
             cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": ws, "limit": SWEEP_BATCH})
             ids = [r["id"] for r in await cur.fetchall()]
-        for op_id in ids:
+        # one job per batch: each job leases up to BATCH_SIZE open operations of the workspace
+        for op_id in ids[::BATCH_SIZE]:
             await redis.enqueue_job(PROJECT_JOB, ws, op_id, _job_id=job_id(op_id))
             offered += 1
     return offered

