@@ -445,7 +445,8 @@ async def recall_view(datasette: Any, request: Any) -> Response:
             actor_id = (request.actor or {}).get("id") or "anonymous"
             principal = Principal(workspace=workspace, permissions=frozenset({"memory.read"}),
                                   actor=f"datasette:{actor_id}")
-            context["response"] = await recall(db, index, embedder, principal, workspace, req)
+            context["response"] = await recall(db, index, embedder, principal, workspace, req,
+                                                 role="reader")
         except (InvalidInput, Forbidden, Unavailable) as exc:
             # shown with the form, so the search can be corrected (like Datasette's SQL errors)
             context["error"] = exc.message

@@ -95,7 +95,7 @@ class Database:
             timeout=timeout,
             check=AsyncConnectionPool.check_connection,
             kwargs={
-                "options": f"-c search_path={schema}",
+                "options": f"-c search_path={schema} -c timezone=UTC",
                 "row_factory": dict_row,
                 "connect_timeout": max(1, int(timeout)),
                 "application_name": "memarc",

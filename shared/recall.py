@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from . import repository
 from .auth import Principal
@@ -265,8 +265,11 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
 
 async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal: Principal,
                  workspace: str, req: SearchRequest, *, branch_weights: tuple[float, float] = (1.0, 1.0),
-                 expand: bool = True, timings: RecallTimings | None = None) -> RecallResponse:
+                 expand: bool = True, timings: RecallTimings | None = None,
+                 role: Literal["runtime", "reader"] = "runtime") -> RecallResponse:
     """Verified hybrid recall for one request (see the module docstring).
+
+    ``role``: the database role of the reads (the explorer passes ``reader``).
 
     :raises NotFound: workspace mismatch. :raises Forbidden: missing ``memory.read`` or a filter
         outside the token's binding. :raises InvalidInput: bad families, filters or exclusions.
@@ -277,7 +280,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     flt = build_filter(principal, req)
     t = timings or RecallTimings()
     clock = time.perf_counter
-    async with db.transaction(workspace, read_only=True) as conn:
+    async with db.transaction(workspace, role=role, read_only=True) as conn:
         ws = await repository.workspace(conn, workspace)
     t0 = clock()
     dense, sparse = await embedder.embed_query(req.query, ws["language"])
@@ -285,7 +288,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     dimension = embedder.dense_dimension()
     n = seed_count(req.top)
 
-    async with db.transaction(workspace, lock="shared", read_only=True) as conn:
+    async with db.transaction(workspace, role=role, lock="shared", read_only=True) as conn:
         t0 = clock()
         exists = await index.check_collection(workspace, embedder.dense_model_id, dimension)
         t.index += clock() - t0

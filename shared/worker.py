@@ -17,6 +17,7 @@ from arq import Worker, cron
 from .config import Settings
 from .db import Q, Database
 from .embedding import Embedder
+from .errors import DatabaseUnavailable
 from .index import IndexEngine, QdrantClientEngine
 from .projection import BATCH_SIZE, project_operations
 from .queue import PROJECT_JOB, QUEUE_NAME, ProjectionQueue, job_id, redis_settings
@@ -50,6 +51,9 @@ class Resources:
         if check_schema:
             try:
                 await db.check_schema()
+            except DatabaseUnavailable as exc:
+                # Start anyway: requests answer 503 until PostgreSQL is back.
+                log.warning("starting without PostgreSQL: %s", exc.message)
             except Exception:
                 await db.close()
                 raise

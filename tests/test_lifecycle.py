@@ -170,3 +170,14 @@ async def test_link_to_another_workspace_card_is_rejected(make_env):
                 raise AssertionError("cross-workspace link was accepted")
             except psycopg.errors.ForeignKeyViolation:
                 conn.rollback()
+
+
+async def test_openapi_document_lists_every_route(make_env):
+    async with make_env() as env:
+        r = await env.client.get("/schema/openapi.json")
+        assert r.status_code == 200
+        paths = r.json()["paths"]
+        base = "/api/workspaces/{workspace_id}/memory"
+        for suffix in ("", "/{card_id}", "/pending", "/search", "/{card_id}/retry", "/import"):
+            assert base + suffix in paths
+        assert set(paths[base + "/{card_id}"]) >= {"get", "put", "delete"}
