@@ -108,3 +108,21 @@ async def test_dropped_hits_are_topped_up_from_the_index(make_env):
         body = r.json()
         assert [x["card"]["id"] for x in body["results"]] == [live["id"]]
         assert body["excluded"] == 25
+
+
+async def test_filters_are_rechecked_in_postgresql(make_env):
+    """A point whose payload claims to match the filters but whose card does not is dropped."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, headers=h, json=dict(
+            _rule("Shipping cost rule", "Shipping cost is charged per parcel."),
+            scope="Logistics",
+            dependencies=[{"database": "db1", "schema": "public", "table": "parcels"}]))).json()["card"]
+        await env.drain()
+        await _ghost(env, card, scope="Finance", concepts=["money"],
+                     deps=[{"database": "db2", "schema": "public", "table": None, "column": None}])
+        for filters in ({"scope": "Finance"}, {"concepts": ["money"]}, {"database": "db2"}):
+            r = await env.client.post(f"{BASE}/search", headers=h, json={
+                "query": "shipping cost per parcel", "mode": "rules", "filters": filters})
+            assert r.json()["results"] == [] and r.json()["excluded"] == 1, filters
