@@ -9,6 +9,7 @@ into Datasette-style error pages in one place, :func:`error_response`.
 from __future__ import annotations
 
 import csv
+import logging
 import io
 import math
 import urllib.parse
@@ -28,6 +29,8 @@ from shared.recall import recall
 from shared.repository import ListQuery
 
 from . import access, resources
+
+log = logging.getLogger("memarc.explorer")
 
 MAX_PAGE = 1_000_000
 DEFAULT_PER_PAGE = 20
@@ -187,6 +190,34 @@ async def error_response(datasette: Any, request: Any, exc: ArchiveError) -> Res
     return await _render(datasette, request, "memarc_error.html",
                          {"error": exc.message, "status": status, "title": title}, status=status,
                          depth=2)
+
+
+async def http_error_response(datasette: Any, request: Any, exc: Any) -> Response:
+    """The same error page for Datasette's own 4xx exceptions (``Base400``: not found,
+    forbidden, bad request), without a logged traceback."""
+    status = getattr(exc, "status", 400)
+    message = str(exc.args[0]) if exc.args else _TITLES.get(status, "Error")
+    if request.path.split("?")[0].endswith(".json"):
+        return _json({"ok": False, "error": message, "status": status,
+                      "title": _TITLES.get(status)}, status=status)
+    return await _render(datasette, request, "memarc_error.html",
+                         {"error": message, "status": status, "title": _TITLES.get(status)},
+                         status=status, depth=2)
+
+
+async def internal_error_response(datasette: Any, request: Any, exc: BaseException) -> Response:
+    """A 500 page for an unexpected error; the traceback goes to the log once."""
+    log.error("explorer error on %s", request.path, exc_info=exc)
+    if request.path.split("?")[0].endswith(".json"):
+        return _json({"ok": False, "error": "internal error", "status": 500}, status=500)
+    return await _render(datasette, request, "memarc_error.html",
+                         {"error": "The explorer could not complete this request.", "status": 500,
+                          "title": "Internal error"}, status=500, depth=2)
+
+
+async def home_view(datasette: Any, request: Any) -> Response:
+    """``/``: the archive is this instance's home page; redirect to the workspace list."""
+    return Response.redirect(datasette.urls.path("/-/memory"))
 
 
 # ---- pages ----
@@ -466,6 +497,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
 #: ``register_routes``: (regex, view); the first match wins, so the fixed ``-/`` pages come
 #: before the card page.
 ROUTES: list[tuple[str, Any]] = [
+    (r"^/$", home_view),
     (r"^/-/memory(\.(?P<format>json))?$", workspaces_view),
     (rf"^/-/memory/{_WS}/-/pending(\.(?P<format>json|csv))?$", pending_view),
     (rf"^/-/memory/{_WS}/-/recall$", recall_view),

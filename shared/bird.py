@@ -349,6 +349,25 @@ def _column_cards(schema: dict[str, list[dict]], stats: dict) -> list[dict]:
     return cards
 
 
+def split_clauses(evidence: str) -> list[str]:
+    """Split BIRD evidence on ``;`` outside parentheses only: a ``;`` inside a formula belongs to
+    it (e.g. ``MULTIPLY(DIVIDE(SUM(x = 'Bad'); count(id)), 100)``). Quotes are not tracked (BIRD
+    has unbalanced ones); evidence with unbalanced parentheses is split on every ``;``."""
+    clauses, depth, start = [], 0, 0
+    for i, ch in enumerate(evidence):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            clauses.append(evidence[start:i])
+            start = i + 1
+    if depth != 0:
+        return evidence.split(";")
+    clauses.append(evidence[start:])
+    return clauses
+
+
 def _question_cards(minidev: Path, schema: dict[str, list[dict]], stats: dict) -> tuple[list[dict], list[dict]]:
     """Evidence clause cards and solved questions; returns (clause_cards, question_cards)."""
     questions = json.loads((minidev / "mini_dev_postgresql.json").read_text(encoding="utf-8"))
@@ -375,7 +394,7 @@ def _question_cards(minidev: Path, schema: dict[str, list[dict]], stats: dict) -
         evidence = clean_text(row.get("evidence"))
 
         links = []
-        for clause in evidence.split(";"):
+        for clause in split_clauses(evidence):
             clause = clean_text(clause)
             if not clause:
                 continue

@@ -25,7 +25,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .errors import DatabaseUnavailable, SchemaOutdated
+from .errors import DatabaseUnavailable, InvalidInput, SchemaOutdated
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ class Database:
         try:
             async with self.pool.connection() as conn:
                 yield conn
+        except psycopg.DataError as exc:  # a value PostgreSQL cannot store: bad input, not a 500
+            raise InvalidInput(f"invalid value: {exc.diag.message_primary or exc}") from exc
         except (PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled):
                 raise

@@ -50,7 +50,7 @@ class Forbidden(ArchiveError):
 
 
 class NotFound(ArchiveError):
-    """No such card in this workspace."""
+    """Not found (or not visible to this token)."""
 
     status = 404
     code = "not_found"

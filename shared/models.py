@@ -221,6 +221,12 @@ class RecallResponse(msgspec.Struct):
     excluded: int
 
 
+def reject_nul(text: str | None, field: str) -> None:
+    """:raises InvalidInput: ``text`` contains a NUL character (PostgreSQL text cannot)."""
+    if text and "\x00" in text:
+        raise InvalidInput(f"{field} must not contain NUL characters", field=field)
+
+
 def _clean(text: str) -> str:
     return text.strip()
 
@@ -257,9 +263,18 @@ def validate_card_write(body: CardWrite | ImportCard) -> None:
         if name not in content:
             raise _bad(f"content.{name} is required for {body.family}", f"content.{name}")
     body.content = content
-    texts = [body.title, body.scope or "", *content.values(), *body.concepts]
-    if any("\x00" in t for t in texts):
-        raise _bad("text must not contain NUL characters", "content")
+    named = [("title", body.title), ("scope", body.scope or ""),
+             *((f"content.{k}", v) for k, v in content.items()),
+             *((f"concepts[{i}]", c) for i, c in enumerate(body.concepts)),
+             *((f"dependencies[{i}]", p or "") for i, d in enumerate(body.dependencies)
+               for p in d.key()),
+             *((f"links[{i}]", f"{link.target}{link.meaning}") for i, link in enumerate(body.links))]
+    source = getattr(body, "source", None)
+    if source is not None:
+        named += [("source", str(msgspec.to_builtins(source)))]
+    for field, text in named:
+        if "\x00" in text:
+            raise _bad(f"{field} must not contain NUL characters", field)
     concepts: list[str] = []
     for c in body.concepts:
         c = c.strip()

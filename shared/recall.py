@@ -37,7 +37,7 @@ from .embedding import Embedder
 from .errors import Forbidden, IndexUnavailable, InvalidInput
 from .index import Hit, IndexEngine, IndexFilter
 from .models import (MODE_FAMILIES, Filters, RecallResponse, RecallResult, Retrieval,
-                     SearchRequest, card_id_str, parse_card_id)
+                     SearchRequest, card_id_str, parse_card_id, reject_nul)
 from .repository import PROJECTION_FORMAT
 
 RRF_K = 60
@@ -57,11 +57,13 @@ def seed_count(top: int) -> int:
 def rrf_fuse(rankings: list[list[uuid.UUID]], weights: list[float] | None = None,
              k: int = RRF_K) -> list[tuple[uuid.UUID, float]]:
     """Reciprocal rank fusion of best-first rankings: ``score(d) = Σ_b w_b / (k + rank_b(d))``
-    with 1-based ranks (Cormack et al., SIGIR 2009). Ties break by id. Returns (id, score) best
-    first."""
+    with 1-based ranks (Cormack et al., SIGIR 2009). A branch of weight 0 is left out entirely
+    (single-branch baselines). Ties break by id. Returns (id, score) best first."""
     weights = weights or [1.0] * len(rankings)
     scores: dict[uuid.UUID, float] = {}
     for ranking, w in zip(rankings, weights):
+        if w == 0:  # a branch switched off contributes no candidates at all
+            continue
         for rank, doc in enumerate(ranking, start=1):
             scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
     return sorted(scores.items(), key=lambda item: (-item[1], str(item[0])))
@@ -228,6 +230,9 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
     :raises InvalidInput: a family outside the mode, an exclusion that is not a card id, a
         physical filter with a gap. :raises Forbidden: a filter outside the token's binding.
     """
+    if not req.query.strip():
+        raise InvalidInput("query must not be blank", field="query")
+    reject_nul(req.query, "query")
     allowed = MODE_FAMILIES[req.mode]
     families = allowed
     if req.family:

@@ -176,6 +176,10 @@ async def update_card(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.
     row = await (await conn.execute(Q.card_revision_for_update, {"id": card_uuid})).fetchone()
     if row is None:
         raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
+    family = (await (await conn.execute(Q.card_family, {"id": card_uuid})).fetchone())["family"]
+    if family != body.family:
+        raise InvalidInput(f"a card's family cannot change ({family} -> {body.family}); create a "
+                           "new card instead", field="family")
     if row["revision"] != body.revision:
         raise StaleRevision(
             f"card {card_id_str(card_uuid)} is at revision {row['revision']}, "
@@ -274,6 +278,7 @@ async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card
     where: list[sql.Composable] = [sql.SQL("true")]
     params: dict[str, Any] = {}
     if query.q:
+        models.reject_nul(query.q, "q")
         if len(query.q) > models.MAX_QUERY:
             raise InvalidInput(f"q is longer than {models.MAX_QUERY} characters", field="q")
         card_uuid = models.parse_card_id(query.q)

@@ -196,3 +196,12 @@ def test_title_bound_cuts_on_word_boundary():
     title = bird.make_title(long)
     assert len(title) <= 200 and title.endswith("…") and not title.endswith(" …")
     assert bird.make_title("  short   title ") == "short title"
+
+
+def test_evidence_is_split_outside_parentheses_only():
+    from shared.bird import split_clauses
+
+    formula = "calculation = MULTIPLY(DIVIDE(SUM(alignment = 'Bad); count(id)), 100)"
+    assert split_clauses(f"{formula}; bad refers to alignment = 'Bad'") == [
+        formula, " bad refers to alignment = 'Bad'"]
+    assert split_clauses("a; b (c; d") == ["a", " b (c", " d"]  # unbalanced: plain split

@@ -112,6 +112,10 @@ async def test_stale_revision_is_409_and_changes_nothing(make_env):
         assert body["code"] == "stale_revision" and body["current_revision"] == 2
         now = (await env.client.get(f"{base}/{card['id']}", headers=h)).json()["card"]
         assert now["title"] == "Churned customer (90 days)" and now["revision"] == 2
+        # an update keeps the family (and origin): changing it is refused
+        r = await env.client.put(f"{base}/{card['id']}", headers=h, json=dict(
+            ORDERS_RULE, revision=2))
+        assert r.status_code == 422 and r.json()["field"] == "family"
 
 
 async def test_invalid_input_is_4xx_problem_and_writes_nothing(make_env):
@@ -131,6 +135,9 @@ async def test_invalid_input_is_4xx_problem_and_writes_nothing(make_env):
              "links": [{"target": f"mem-{uuid.uuid4()}"}]},
             {"family": "sql_rule", "title": "t", "content": {"rule": "x"}, "unknown": 1},
             {"family": "sql_rule", "title": "t", "content": {"rule": "x"}, "concepts": ["c"] * 51},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x"},
+             "dependencies": [{"database": "a\u0000b"}]},
+            {"family": "sql_rule", "title": "t", "content": {"rule": "x\u0000"}},
         ]
         for body in bad_bodies:
             r = await env.client.post(base, json=body, headers=h)
@@ -138,7 +145,15 @@ async def test_invalid_input_is_4xx_problem_and_writes_nothing(make_env):
             assert r.headers["content-type"].startswith("application/problem+json")
             assert r.json()["status"] == r.status_code and r.json()["detail"]
         r = await env.client.post(base, content=b"{not json", headers={**h, "content-type": "application/json"})
-        assert r.status_code == 400
+        assert r.status_code == 400 and r.json()["code"] == "bad_request"
+        r = await env.client.post(base, headers=h)
+        assert r.status_code == 400 and r.json()["detail"] == "a JSON request body is required"
+        r = await env.client.get(base, params={"q": "a\x00b"}, headers=h)
+        assert r.status_code == 422 and "NUL" in r.json()["detail"]
+        r = await env.client.post(f"{base}/search", json={"query": "   "}, headers=h)
+        assert r.status_code == 422 and "blank" in r.json()["detail"]
+        r = await env.client.patch(base, json={}, headers=h)
+        assert r.status_code == 405 and "GET" in r.headers["allow"]
         with psycopg.connect(env.migrator_url) as conn:
             assert conn.execute("SELECT count(*) FROM memory.cards").fetchone()[0] == 0
             assert conn.execute("SELECT count(*) FROM memory.projection_ops").fetchone()[0] == 0

@@ -65,11 +65,20 @@ def _archive_error(request: Request, exc: ArchiveError) -> Response:
 def _http_error(request: Request, exc: HTTPException) -> Response:
     status = exc.status_code
     if isinstance(exc, ValidationException):
-        return problem(400, "The request is not valid.", str(exc.detail), "bad_request", request,
-                       errors=exc.extra or None)
-    codes = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large",
-             401: "unauthorized", 403: "forbidden"}
-    return problem(status, str(exc.detail), str(exc.detail), codes.get(status, "http_error"), request)
+        errors = exc.extra if isinstance(exc.extra, list) else None
+        if errors and any(e.get("key") == "data" and e.get("message") == "'data'" for e in errors):
+            return problem(400, "The request could not be read.", "a JSON request body is required",
+                           "bad_request", request)
+        return problem(400, "The request could not be read.", str(exc.detail), "bad_request",
+                       request, errors=errors)
+    codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+             413: "request_too_large", 401: "unauthorized", 403: "forbidden"}
+    titles = {400: "The request could not be read."}
+    response = problem(status, titles.get(status, str(exc.detail)), str(exc.detail),
+                       codes.get(status, "http_error"), request)
+    for name, value in (exc.headers or {}).items():  # e.g. Allow on 405
+        response.headers[name] = value
+    return response
 
 
 def _db_error(request: Request, exc: psycopg.OperationalError) -> Response:

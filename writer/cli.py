@@ -145,6 +145,10 @@ def run(args: argparse.Namespace) -> Any:
         if args.token_command == "create":
             from datetime import datetime, timedelta, timezone
 
+            if args.expires_in_days is not None and args.expires_in_days < 1:
+                raise CliError({"error": "--expires-in-days must be at least 1",
+                                "code": "bad_input"})
+
             expires = (datetime.now(timezone.utc) + timedelta(days=args.expires_in_days)
                        if args.expires_in_days else None)
             return admin.create_token(s.migrator_database_url, s.db_schema, args.workspace,
@@ -322,21 +326,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``memarc`` console script."""
     import logging
+    import warnings
 
+    # pgserver asks platformdirs for a runtime dir; without XDG_RUNTIME_DIR (root) it warns
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     logging.basicConfig(level=os.environ.get("MEMARC_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("arq").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     import psycopg
 
     from shared.errors import ArchiveError
+    from writer.runner import UsageError
 
     try:
         result = run(args)
     except CliError as exc:
         sys.stderr.write(json.dumps(exc.payload, ensure_ascii=False) + "\n")
         return exc.status
+    except UsageError as exc:
+        sys.stderr.write(json.dumps({"error": str(exc), "code": exc.code}) + "\n")
+        return 2
     except ArchiveError as exc:
         sys.stderr.write(json.dumps({"error": exc.message, "code": exc.code, **exc.extra},
                                     default=str) + "\n")

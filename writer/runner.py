@@ -10,10 +10,14 @@ otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import gzip
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import time
 from importlib import resources as pkg_resources
@@ -89,14 +93,63 @@ def _explorer_app(settings: Settings, resources: Resources | None, workspaces: d
     return ds
 
 
-async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
+def _server(app: Any, host: str, port: int) -> Any:
     import uvicorn
 
-    servers = [uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                             lifespan="on"))
-               for app, host, port in apps]
-    for s in servers:
-        s.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    class Server(uvicorn.Server):
+        """uvicorn without its own signal capture: one handler stops every server and the
+        worker together (uvicorn would re-raise the signal after its own shutdown)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]
+            yield
+
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+
+
+def _check_ports(host: str, ports: list[int]) -> None:
+    """Refuse early, before anything is started or printed, when a port is taken."""
+    for port in ports:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; is another "
+                                 "memarc running? choose other ports with --port/--explorer-port",
+                                 "port_in_use") from exc
+
+
+class UsageError(Exception):
+    """A condition that stops a command before it starts anything."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _data_dir_lock(data_dir: Path):
+    """One `memarc up` per data dir: its embedded PostgreSQL, Redis and index are not shareable."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(data_dir / "up.lock", "w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise UsageError(f"another `memarc up` is running with data dir {data_dir}; stop it first "
+                         "(or set MEMARC_DATA_DIR)", "already_running") from None
+    try:
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
+    servers = [_server(app, host, port) for app, host, port in apps]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -182,12 +235,14 @@ def run_up(host: str = "127.0.0.1", port: int = 8000, explorer_port: int = 8001,
     print URLs, a demo token and the explorer sign-in link; with ``demo_workspace``, import the
     cards file into it (if empty) and report projection progress."""
     settings = load_settings()
-    embedded = EmbeddedServices(Path(settings.data_dir))
-    settings = embedded.apply(settings)
-    try:
-        asyncio.run(_up(settings, host, port, explorer_port, demo_workspace, cards_path))
-    finally:
-        embedded.stop()
+    with _data_dir_lock(Path(settings.data_dir)):
+        _check_ports(host, [port, explorer_port])
+        embedded = EmbeddedServices(Path(settings.data_dir))
+        settings = embedded.apply(settings)
+        try:
+            asyncio.run(_up(settings, host, port, explorer_port, demo_workspace, cards_path))
+        finally:
+            embedded.stop()
 
 
 async def _up(settings: Settings, host: str, port: int, explorer_port: int,
@@ -208,6 +263,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             "openapi": f"http://{host}:{port}/schema",
             "explorer": f"http://{host}:{explorer_port}/-/memory",
             "index": settings.qdrant_url or f"embedded: {settings.resolved_qdrant_path()}",
+            "database_url": settings.database_url,
         }
         token = None
         if demo_workspace:

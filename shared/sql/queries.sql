@@ -29,6 +29,9 @@ RETURNING revision;
 -- name: card_revision_for_update
 SELECT revision FROM cards WHERE id = %(id)s FOR UPDATE;
 
+-- name: card_family
+SELECT family FROM cards WHERE id = %(id)s;
+
 -- name: card_delete
 DELETE FROM cards WHERE id = %(id)s RETURNING id;
 

@@ -1,0 +1,92 @@
+"""Shared set-up of the benchmarks: a fresh archive database, an embedded index, imported cards.
+
+PostgreSQL comes from ``MEMARC_BENCH_DATABASE_URL`` (a superuser URL), else
+``MEMARC_TEST_DATABASE_URL``, else ``postgresql://postgres@127.0.0.1:5432/postgres``. The index
+is qdrant-client's local mode in a temporary folder (or ``MEMARC_QDRANT_URL``). Models come from
+``MEMARC_DENSE_MODEL_PATH`` / ``MEMARC_BM25_MODEL_PATH`` or ``../shared/models``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from shared.admin import create_workspace
+from shared.auth import Principal
+from shared.config import load_settings
+from shared.migrate import migrate
+from shared.models import ImportCard
+from shared.projection import project_operations
+from shared.service import Archive
+from shared.worker import Resources
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT.parent / "shared" / "models"
+
+
+def admin_url() -> str:
+    return (os.environ.get("MEMARC_BENCH_DATABASE_URL") or os.environ.get("MEMARC_TEST_DATABASE_URL")
+            or "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def model_env() -> dict[str, str]:
+    env = {}
+    for key, folder in (("MEMARC_DENSE_MODEL_PATH", "all-MiniLM-L6-v2-onnx"),
+                        ("MEMARC_BM25_MODEL_PATH", "bm25")):
+        value = os.environ.get(key) or (str(MODELS / folder) if (MODELS / folder).exists() else "")
+        if value:
+            env[key] = value
+    if os.environ.get("MEMARC_QDRANT_URL"):
+        env["MEMARC_QDRANT_URL"] = os.environ["MEMARC_QDRANT_URL"]
+    return env
+
+
+@dataclass
+class BenchArchive:
+    archive: Archive
+    resources: Resources
+    principal: Principal
+    workspace: str
+    db_url: str
+    seconds_to_project: float
+
+    async def close(self) -> None:
+        await self.resources.close()
+
+
+async def build(name: str, cards: list[ImportCard], workspace: str = "bench") -> BenchArchive:
+    """A fresh database ``memarc_bench_<name>`` with ``cards`` imported and fully projected."""
+    base = admin_url()
+    dbname = f"memarc_bench_{name}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    p = urlsplit(base)
+    url = urlunsplit((p.scheme, p.netloc, "/" + dbname, p.query, p.fragment))
+    migrate(url, "memory", runtime_login=p.username)
+    create_workspace(url, "memory", workspace, "en")
+    tmp = tempfile.mkdtemp(prefix=f"memarc-bench-{name}-")
+    settings = load_settings(model_env(), database_url=url, migrator_database_url=url,
+                             data_dir=tmp, collection_prefix=f"bench_{name}_")
+    resources = await Resources.open(settings, with_index=True)
+    resources.embedder.load(("en",))
+    archive = Archive(settings, resources.db, resources.queue, resources.index, resources.embedder)
+    principal = Principal(workspace=workspace, permissions=frozenset({"memory.manage"}),
+                          actor="bench")
+    await archive.import_cards(principal, workspace, cards)
+    started = time.perf_counter()
+    while True:
+        report = await project_operations(resources.db, resources.index, resources.embedder,
+                                          workspace, None)
+        if report.errors:
+            raise RuntimeError(report.errors[0])
+        if report.leased == 0:
+            break
+    return BenchArchive(archive, resources, principal, workspace, url,
+                        time.perf_counter() - started)
