@@ -60,16 +60,16 @@ class ProjectionQueue:
                 await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
             return True
         except (OSError, ConnectionError, TimeoutError, asyncio.TimeoutError) as exc:
-            log.warning("projection queue unavailable, %d operation(s) stay pending: %s",
-                        len(op_ids), exc)
+            log.warning("projection queue unavailable (%d job(s) not enqueued; their operations "
+                        "stay pending until the sweep): %s", len(op_ids), exc)
             await self._reset()
             return False
         except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...)
             import redis.exceptions
 
             if isinstance(exc, redis.exceptions.RedisError):
-                log.warning("projection queue unavailable, %d operation(s) stay pending: %s",
-                            len(op_ids), exc)
+                log.warning("projection queue unavailable (%d job(s) not enqueued; their "
+                            "operations stay pending until the sweep): %s", len(op_ids), exc)
                 await self._reset()
                 return False
             raise
