@@ -73,17 +73,28 @@ class IndexEngine(Protocol):
     async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
         """True if the collection exists and is compatible; False if it does not exist."""
 
-    async def upsert(self, workspace: str, points: list[PointIn]) -> None:
-        """Write points and wait until the engine confirms them."""
+    async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
+        """Write points (into the workspace's collection, or a named one being rebuilt) and wait
+        until the engine confirms them."""
 
-    async def delete(self, workspace: str, ids: list[uuid.UUID]) -> None:
+    async def delete(self, workspace: str, ids: list[uuid.UUID], collection: str | None = None) -> None:
         """Delete points (missing ones are ignored) and wait for confirmation."""
+
+    async def create_rebuild_collection(self, workspace: str, dense_model: str, dimension: int) -> str:
+        """Create a new, empty collection for a rebuild of ``workspace``; returns its name."""
+
+    async def switch_collection(self, workspace: str, collection: str) -> str | None:
+        """Point the workspace at ``collection`` atomically (an alias switch) and drop the
+        collection it used before; returns the dropped collection's name."""
+
+    async def drop_collection(self, collection: str) -> None:
+        """Drop one named collection (an abandoned rebuild)."""
 
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
                            flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
         """Dense and BM25 rankings (best first), each filtered by ``flt``, ``limit`` each."""
 
-    async def scroll_ids(self, workspace: str) -> dict[uuid.UUID, dict[str, Any]]:
+    async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """Every point id of the collection with its payload (for audits and rebuilds)."""
 
     async def drop(self, workspace: str) -> None:
@@ -148,8 +159,17 @@ class QdrantClientEngine:
         self._checked: set[str] = set()
 
     def collection(self, workspace: str) -> str:
-        """Collection name of a workspace: prefix + workspace id."""
+        """Name by which a workspace's collection is addressed: prefix + workspace id. It is an
+        alias of a physical collection ``<name>__<suffix>`` (so ``index`` can rebuild into a new
+        one and switch), or, for collections made before aliases, the collection itself."""
         return f"{self.prefix}{workspace}"
+
+    @staticmethod
+    def _resolve(client: Any, name: str) -> str | None:
+        for alias in client.get_aliases().aliases:
+            if alias.alias_name == name:
+                return alias.collection_name
+        return name if client.collection_exists(name) else None
 
     def _open(self) -> Any:
         if self._client is None:
@@ -185,9 +205,10 @@ class QdrantClientEngine:
     def _check_sync(self, client: Any, name: str, dense_model: str, dimension: int) -> bool:
         from qdrant_client import models as qm
 
-        if not client.collection_exists(name):
+        physical = self._resolve(client, name)
+        if physical is None:
             return False
-        info = client.get_collection(name)
+        info = client.get_collection(physical)
         params = info.config.params
         vectors = params.vectors if isinstance(params.vectors, dict) else {}
         sparse = params.sparse_vectors or {}
@@ -223,27 +244,71 @@ class QdrantClientEngine:
 
             if self._check_sync(client, name, dense_model, dimension):
                 return
-            client.create_collection(
-                name,
-                vectors_config={DENSE: qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)},
-                sparse_vectors_config={BM25: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-                metadata={"dense_model": dense_model, "dimension": dimension, "workspace": workspace},
-            )
-            if not self._local:
-                for key, schema in (("family", qm.PayloadSchemaType.KEYWORD),
-                                    ("scope", qm.PayloadSchemaType.KEYWORD),
-                                    ("concepts", qm.PayloadSchemaType.KEYWORD),
-                                    ("deps[].database", qm.PayloadSchemaType.KEYWORD),
-                                    ("deps[].table", qm.PayloadSchemaType.KEYWORD)):
-                    client.create_payload_index(name, key, field_schema=schema, wait=True)
+            physical = self._create_physical(client, name, workspace, dense_model, dimension)
+            client.update_collection_aliases(change_aliases_operations=[
+                qm.CreateAliasOperation(create_alias=qm.CreateAlias(
+                    collection_name=physical, alias_name=name))])
 
         await self._call(run)
 
-    async def upsert(self, workspace: str, points: list[PointIn]) -> None:
-        """See :meth:`IndexEngine.upsert` (``wait=True``)."""
+    def _create_physical(self, client: Any, name: str, workspace: str, dense_model: str,
+                         dimension: int) -> str:
+        from qdrant_client import models as qm
+
+        physical = f"{name}__{uuid.uuid4().hex[:8]}"
+        client.create_collection(
+            physical,
+            vectors_config={DENSE: qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)},
+            sparse_vectors_config={BM25: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+            metadata={"dense_model": dense_model, "dimension": dimension, "workspace": workspace},
+        )
+        if not self._local:
+            for key, schema in (("family", qm.PayloadSchemaType.KEYWORD),
+                                ("scope", qm.PayloadSchemaType.KEYWORD),
+                                ("concepts", qm.PayloadSchemaType.KEYWORD),
+                                ("deps[].database", qm.PayloadSchemaType.KEYWORD),
+                                ("deps[].table", qm.PayloadSchemaType.KEYWORD)):
+                client.create_payload_index(physical, key, field_schema=schema, wait=True)
+        return physical
+
+    async def create_rebuild_collection(self, workspace: str, dense_model: str, dimension: int) -> str:
+        """See :meth:`IndexEngine.create_rebuild_collection`."""
+        name = self.collection(workspace)
+        return await self._call(
+            lambda c: self._create_physical(c, name, workspace, dense_model, dimension))
+
+    async def switch_collection(self, workspace: str, collection: str) -> str | None:
+        """See :meth:`IndexEngine.switch_collection`. A pre-alias collection that bears the
+        workspace name itself is dropped first (a brief gap in which recall answers 503)."""
         from qdrant_client import models as qm
 
         name = self.collection(workspace)
+
+        def run(client: Any) -> str | None:
+            old = self._resolve(client, name)
+            ops: list[Any] = []
+            if old == name:  # a collection made before aliases: it must go before the alias
+                client.delete_collection(name)
+            elif old is not None:
+                ops.append(qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=name)))
+            ops.append(qm.CreateAliasOperation(create_alias=qm.CreateAlias(
+                collection_name=collection, alias_name=name)))
+            client.update_collection_aliases(change_aliases_operations=ops)
+            if old is not None and old not in (name, collection):
+                client.delete_collection(old)
+            return old
+
+        return await self._call(run)
+
+    async def drop_collection(self, collection: str) -> None:
+        """See :meth:`IndexEngine.drop_collection`."""
+        await self._call(lambda c: c.delete_collection(collection))
+
+    async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
+        """See :meth:`IndexEngine.upsert` (``wait=True``)."""
+        from qdrant_client import models as qm
+
+        name = collection or self.collection(workspace)
         structs = [
             qm.PointStruct(
                 id=str(p.id),
@@ -255,11 +320,11 @@ class QdrantClientEngine:
         ]
         await self._call(lambda c: c.upsert(name, points=structs, wait=True))
 
-    async def delete(self, workspace: str, ids: list[uuid.UUID]) -> None:
+    async def delete(self, workspace: str, ids: list[uuid.UUID], collection: str | None = None) -> None:
         """See :meth:`IndexEngine.delete`; a missing collection means nothing to delete."""
         from qdrant_client import models as qm
 
-        name = self.collection(workspace)
+        name = collection or self.collection(workspace)
 
         def run(client: Any) -> None:
             if client.collection_exists(name):
@@ -290,9 +355,9 @@ class QdrantClientEngine:
 
         return hits(responses[0]), hits(responses[1])
 
-    async def scroll_ids(self, workspace: str) -> dict[uuid.UUID, dict[str, Any]]:
+    async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """See :meth:`IndexEngine.scroll_ids`."""
-        name = self.collection(workspace)
+        name = collection or self.collection(workspace)
 
         def run(client: Any) -> dict[uuid.UUID, dict[str, Any]]:
             out: dict[uuid.UUID, dict[str, Any]] = {}
@@ -312,7 +377,18 @@ class QdrantClientEngine:
     async def drop(self, workspace: str) -> None:
         """See :meth:`IndexEngine.drop`."""
         name = self.collection(workspace)
-        await self._call(lambda c: c.delete_collection(name))
+
+        def run(client: Any) -> None:
+            physical = self._resolve(client, name)
+            if physical is not None and physical != name:
+                from qdrant_client import models as qm
+
+                client.update_collection_aliases(change_aliases_operations=[
+                    qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=name))])
+            if physical is not None:
+                client.delete_collection(physical)
+
+        await self._call(run)
 
     async def close(self) -> None:
         """Close the client (releases the local storage lock)."""

@@ -21,7 +21,6 @@ from .embedding import Embedder
 from .errors import ArchiveError
 from .index import IndexEngine, PointIn
 from .models import Card
-from .repository import PROJECTION_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +56,15 @@ def payload(card: Card) -> dict[str, Any]:
         "deps": [{"database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
                  for d in card.dependencies],
         "revision": card.revision,
-        "format": PROJECTION_FORMAT,
+        "format": repository.PROJECTION_FORMAT,
     }
+
+
+async def build_points(embedder: Embedder, cards: list[Card], language: str) -> list[PointIn]:
+    """Embed cards (one batch) into index points."""
+    dense, sparse = await embedder.embed_documents([projected_text(c) for c in cards], language)
+    return [PointIn(id=uuid.UUID(c.id[4:]), dense=d, sparse=s, payload=payload(c))
+            for c, d, s in zip(cards, dense, sparse)]
 
 
 @dataclass
@@ -123,6 +129,7 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
     # One transaction holds the per-card projection locks (taken in sorted order: no deadlock
     # between batches) while the cards are read, embedded, written to the index and recorded.
     async with db.transaction(workspace) as conn:
+        await conn.execute(Q.projection_lock_shared, {"workspace": workspace})
         for cid in card_ids:
             await conn.execute(Q.card_projection_lock, {"card_id": cid})
         ws = await repository.workspace(conn, workspace)
@@ -132,17 +139,13 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
         dimension = embedder.dense_dimension()
         await index.ensure_collection(workspace, embedder.dense_model_id, dimension)
         if live:
-            dense, sparse = await embedder.embed_documents([projected_text(c) for c in live],
-                                                           ws["language"])
-            points = [PointIn(id=uuid.UUID(c.id[4:]), dense=d, sparse=s, payload=payload(c))
-                      for c, d, s in zip(live, dense, sparse)]
-            await index.upsert(workspace, points)
+            await index.upsert(workspace, await build_points(embedder, live, ws["language"]))
         if gone:
             await index.delete(workspace, gone)
         for card in live:
             cid = uuid.UUID(card.id[4:])
             await conn.execute(Q.projection_record, {"card_id": cid, "revision": card.revision,
-                                                     "format": PROJECTION_FORMAT})
+                                                     "format": repository.PROJECTION_FORMAT})
             await conn.execute(Q.ops_supersede, {"card_id": cid, "revision": card.revision})
         for cid in gone:
             await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})

@@ -17,12 +17,18 @@ from arq.connections import RedisSettings
 log = logging.getLogger(__name__)
 
 PROJECT_JOB = "project_operation"
+REBUILD_JOB = "rebuild_index"
 QUEUE_NAME = "memarc:projection"
 
 
 def job_id(op_id: int) -> str:
     """arq job id of a projection operation."""
     return f"memarc:op:{op_id}"
+
+
+def rebuild_job_id(rebuild_id: object) -> str:
+    """arq job id of a tracked index rebuild."""
+    return f"memarc:rebuild:{rebuild_id}"
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -70,6 +76,23 @@ class ProjectionQueue:
             if isinstance(exc, redis.exceptions.RedisError):
                 log.warning("projection queue unavailable (%d job(s) not enqueued; their "
                             "operations stay pending until the sweep): %s", len(op_ids), exc)
+                await self._reset()
+                return False
+            raise
+
+    async def enqueue_rebuild(self, workspace: str, rebuild_id: object) -> bool:
+        """Enqueue a tracked rebuild; False if Redis is unavailable (the sweep retries)."""
+        try:
+            pool = await self._get()
+            await pool.enqueue_job(REBUILD_JOB, workspace, str(rebuild_id),
+                                   _job_id=rebuild_job_id(rebuild_id))
+            return True
+        except Exception as exc:
+            import redis.exceptions
+
+            if isinstance(exc, (OSError, ConnectionError, TimeoutError, redis.exceptions.RedisError)):
+                log.warning("projection queue unavailable; rebuild %s stays queued: %s",
+                            rebuild_id, exc)
                 await self._reset()
                 return False
             raise

@@ -38,7 +38,6 @@ from .errors import Forbidden, IndexUnavailable, InvalidInput
 from .index import Hit, IndexEngine, IndexFilter
 from .models import (MODE_FAMILIES, Filters, RecallResponse, RecallResult, Retrieval,
                      SearchRequest, card_id_str, parse_card_id, reject_nul)
-from .repository import PROJECTION_FORMAT
 
 RRF_K = 60
 MAX_ROUNDS = 3
@@ -88,9 +87,10 @@ class CandidateRow:
                    row["projected_revision"], row["projected_format"],
                    tuple(tuple(d) for d in row["dependencies"]))
 
-    def is_current(self, fmt: int = PROJECTION_FORMAT) -> bool:
+    def is_current(self) -> bool:
         """A valid projection of this revision in the current format is recorded."""
-        return self.projected_revision == self.revision and self.projected_format == fmt
+        return (self.projected_revision == self.revision
+                and self.projected_format == repository.PROJECTION_FORMAT)
 
 
 def dependency_matches(physical: tuple[str | None, ...], dep: tuple[str | None, ...]) -> bool:
@@ -334,7 +334,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                 row = rows.get(cid)
                 hit = hit_revision[cid]
                 ok = (eligible(row, flt) and row is not None and hit.revision == row.revision
-                      and hit.format == PROJECTION_FORMAT)
+                      and hit.format == repository.PROJECTION_FORMAT)
                 if not ok:
                     if cid not in dropped:
                         dropped.add(cid)

@@ -24,9 +24,25 @@ from .models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link,
 PROJECTION_FORMAT = 1
 
 
-def index_status(row: dict[str, Any], fmt: int = PROJECTION_FORMAT) -> str:
+async def check_projection_format(db: Any) -> None:
+    """Refuse to run when this code's projection format is not recorded in the database.
+
+    :raises SchemaOutdated: the migration recording ``PROJECTION_FORMAT`` was not applied.
+    """
+    from .errors import SchemaOutdated
+
+    async with db.transaction(None, read_only=True) as conn:
+        row = await (await conn.execute(Q.projection_format_latest)).fetchone()
+    recorded = row["format"] if row else None
+    if recorded != PROJECTION_FORMAT:
+        raise SchemaOutdated(
+            f"this code projects format {PROJECTION_FORMAT} but the database records format "
+            f"{recorded}: run `memarc migrate` (a format change ships with its migration)")
+
+
+def index_status(row: dict[str, Any]) -> str:
     """``current`` / ``pending`` / ``failed`` for a card row from ``cards_get``."""
-    if row["projected_revision"] == row["revision"] and row["projected_format"] == fmt:
+    if row["projected_revision"] == row["revision"] and row["projected_format"] == PROJECTION_FORMAT:
         return "current"
     return "failed" if row.get("has_failed_op") else "pending"
 

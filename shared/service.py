@@ -25,14 +25,15 @@ from .auth import Principal
 from .config import Settings
 from .db import Q, Database
 from .embedding import Embedder
-from .errors import ArchiveError, EmbedderUnavailable, IndexUnavailable, InvalidInput, NotFound
+from .errors import (ArchiveError, Conflict, EmbedderUnavailable, IndexUnavailable, InvalidInput,
+                     NotFound)
 from .index import IndexEngine
 from .models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink, SearchRequest,
                      card_id_str, parse_card_id, validate_card_write)
 from .projection import BATCH_SIZE
 from .queue import ProjectionQueue
 from .recall import recall
-from .repository import PROJECTION_FORMAT, ListQuery
+from .repository import ListQuery
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class Archive:
                 else:
                     state = await repository.projection_state(conn, card_uuid)
                     done = bool(state and state["projected_revision"] == state["revision"]
-                                and state["projected_format"] == PROJECTION_FORMAT)
+                                and state["projected_format"] == repository.PROJECTION_FORMAT)
             if done:
                 return "current"
             if time.monotonic() >= deadline:
@@ -290,6 +291,51 @@ class Archive:
                                              detail={"operations": op_ids})
         enqueued = await self.queue.enqueue(workspace, op_ids)
         return RetryResult(card_id=card_id_str(card_uuid), operations=op_ids, enqueued=enqueued)
+
+    # ---- index lifecycle (memory.manage) ----
+
+    async def start_rebuild(self, principal: Principal, workspace: str) -> dict[str, Any]:
+        """Queue a tracked rebuild of the workspace's projection (see :mod:`shared.rebuild`).
+
+        :raises Conflict: a rebuild of this workspace is already queued or running.
+        """
+        principal.require(workspace, "memory.manage")
+        rebuild_id = uuid.uuid4()
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await repository.workspace(conn, workspace)
+            try:
+                async with conn.transaction():
+                    row = await (await conn.execute(Q.rebuild_insert, {
+                        "id": rebuild_id, "workspace": workspace,
+                        "actor": principal.actor})).fetchone()
+            except Exception as exc:
+                if repository.is_unique_violation(exc):
+                    active = await (await conn.execute(Q.rebuild_latest)).fetchone()
+                    raise Conflict("a rebuild of this workspace is already queued or running",
+                                   rebuild=str(active["id"]) if active else None) from exc
+                raise
+        row["enqueued"] = await self.queue.enqueue_rebuild(workspace, rebuild_id)
+        return row
+
+    async def rebuild_status(self, principal: Principal, workspace: str,
+                             rebuild_id: str | None = None) -> dict[str, Any]:
+        """A tracked rebuild (the latest one when no id is given).
+
+        :raises NotFound: no such rebuild.
+        """
+        principal.require(workspace, "memory.manage")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            if rebuild_id:
+                try:
+                    rid = uuid.UUID(rebuild_id)
+                except ValueError:
+                    raise NotFound(f"no rebuild {rebuild_id!r}") from None
+                row = await (await conn.execute(Q.rebuild_get, {"id": rid})).fetchone()
+            else:
+                row = await (await conn.execute(Q.rebuild_latest)).fetchone()
+        if row is None:
+            raise NotFound("no rebuild of this workspace")
+        return row
 
     # ---- recall (memory.read) ----
 

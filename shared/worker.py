@@ -9,6 +9,7 @@ killed worker) is picked up again.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,10 @@ from .embedding import Embedder
 from .errors import DatabaseUnavailable
 from .index import IndexEngine, QdrantClientEngine
 from .projection import BATCH_SIZE, project_operations
-from .queue import PROJECT_JOB, QUEUE_NAME, ProjectionQueue, job_id, redis_settings
+from .repository import check_projection_format
+from .queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, ProjectionQueue, job_id,
+                    rebuild_job_id, redis_settings)
+from .rebuild import rebuild_index
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,7 @@ class Resources:
         if check_schema:
             try:
                 await db.check_schema()
+                await check_projection_format(db)
             except DatabaseUnavailable as exc:
                 # Start anyway: requests answer 503 until PostgreSQL is back.
                 log.warning("starting without PostgreSQL: %s", exc.message)
@@ -85,6 +90,15 @@ async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> 
     return report.__dict__
 
 
+async def rebuild_index_job(ctx: dict[str, Any], workspace: str, rebuild_id: str) -> dict[str, Any] | None:
+    """arq job: run a tracked index rebuild (see :mod:`shared.rebuild`)."""
+    res: Resources = ctx["resources"]
+    assert res.index is not None and res.embedder is not None
+    row = await rebuild_index(res.db, res.index, res.embedder, workspace, uuid.UUID(rebuild_id),
+                              lease_seconds=max(300, res.settings.lease_seconds))
+    return {"status": row["status"], "error": row["error"]} if row else None
+
+
 async def sweep(ctx: dict[str, Any]) -> int:
     """arq cron job: re-enqueue open operations (pending, or leased with an expired lease).
 
@@ -94,8 +108,14 @@ async def sweep(ctx: dict[str, Any]) -> int:
     redis = ctx["redis"]
     offered = 0
     async with res.db.transaction(None) as conn:
-        cur = await conn.execute("SELECT workspace_id FROM workspaces_with_open_ops()")
+        cur = await conn.execute(Q.sweep_workspaces)
         workspaces = [r["workspace_id"] for r in await cur.fetchall()]
+        cur = await conn.execute(Q.sweep_rebuilds)
+        rebuilds = await cur.fetchall()
+    for row in rebuilds:
+        await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
+                                _job_id=rebuild_job_id(row["rebuild_id"]))
+        offered += 1
     for ws in workspaces:
         async with res.db.transaction(ws) as conn:
             cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": ws, "limit": SWEEP_BATCH})
@@ -118,9 +138,13 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
         raise ValueError("MEMARC_REDIS_URL is not set")
     step = max(1, int(s.sweep_seconds))
     seconds = set(range(0, 60, step)) if 60 % step == 0 else {0}
-    project = _func(project_operation)
+    from arq.worker import func
+
+    functions = [func(project_operation, name=PROJECT_JOB, keep_result=0, max_tries=1),
+                 func(rebuild_index_job, name=REBUILD_JOB, keep_result=0, max_tries=1,
+                      timeout=6 * 3600)]
     return Worker(
-        functions=[project],
+        functions=functions,
         cron_jobs=[cron(sweep, second=seconds, run_at_startup=True, timeout=60,  # type: ignore[arg-type]
                         keep_result=0)],
         redis_settings=redis_settings(s.redis_url),
@@ -135,8 +159,3 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
         max_tries=1,
     )
 
-
-def _func(coroutine: Any) -> Any:
-    from arq.worker import func
-
-    return func(coroutine, name=PROJECT_JOB, keep_result=0, max_tries=1)

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 TABLES = ["workspaces", "cards", "card_dependencies", "card_links", "projection_ops",
-          "projections", "activity", "api_tokens"]
+          "projections", "activity", "api_tokens", "index_rebuilds"]
 
 CARD = {"family": "domain_clarification", "title": "Active user",
         "content": {"definition": "A user with a session in the last 28 days."},
@@ -18,6 +18,8 @@ async def _seed(env) -> tuple[dict, dict, dict, dict]:
     env.workspace("wa")
     env.workspace("wb")
     ha, hb = env.token("wa", "memory.manage"), env.token("wb", "memory.manage")
+    for h, ws in ((ha, "wa"), (hb, "wb")):  # a tracked rebuild row in each workspace
+        assert (await env.client.post(f"/api/workspaces/{ws}/memory/index", headers=h)).status_code == 202
     a1 = (await env.client.post("/api/workspaces/wa/memory", json=CARD, headers=ha)).json()["card"]
     a2 = (await env.client.post("/api/workspaces/wa/memory", headers=ha, json=dict(
         CARD, title="Active user (mobile)", links=[{"target": a1["id"], "meaning": "refines"}]))).json()["card"]
@@ -42,6 +44,8 @@ async def test_other_workspace_tokens_and_ids_see_nothing(make_env):
             ("POST", f"/api/workspaces/wa/memory/{a1['id']}/retry", None),
             ("POST", "/api/workspaces/wa/memory/search", {"query": "active user"}),
             ("POST", "/api/workspaces/wa/memory", CARD),
+            ("POST", "/api/workspaces/wa/memory/index", None),
+            ("GET", "/api/workspaces/wa/memory/index", None),
         ]:
             r = await env.client.request(method, path, json=body, headers=hb)
             assert r.status_code == 404, (method, path, r.status_code, r.text)

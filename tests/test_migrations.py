@@ -42,8 +42,14 @@ def test_tables_live_in_their_own_schema_owned_by_the_migrator_role(empty_db):
         forced = conn.execute("SELECT bool_and(relforcerowsecurity AND relrowsecurity) FROM pg_class c "
                               "JOIN pg_namespace n ON n.oid = c.relnamespace "
                               "WHERE n.nspname = 'memory' AND c.relkind = 'r' "
-                              "AND c.relname <> 'schema_migrations'").fetchone()[0]
-    assert public == 0 and owner == "memarc_migrator" and forced is True
+                              "AND c.relname NOT IN ('schema_migrations', 'projection_formats')"
+                              ).fetchone()[0]
+        # the two tables without row-level security hold no workspace data
+        unscoped = conn.execute("SELECT count(*) FROM information_schema.columns WHERE "
+                                "table_schema = 'memory' AND column_name = 'workspace_id' AND "
+                                "table_name IN ('schema_migrations', 'projection_formats')"
+                                ).fetchone()[0]
+    assert public == 0 and owner == "memarc_migrator" and forced is True and unscoped == 0
 
 
 async def test_runtime_refuses_a_missing_or_outdated_schema(empty_db):

@@ -164,6 +164,32 @@ class MemoryController(Controller):
         """Cards per family, how many have a current projection, open operations."""
         return await archive.status(principal, workspace_id)
 
+    @post("/index", summary="Rebuild the workspace's index", status_code=202)
+    async def start_rebuild(self, archive: NamedDependency[Archive],
+                            principal: NamedDependency[Principal],
+                            workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
+        """Queue a tracked rebuild of the projection from authoritative cards into a new
+        collection, switched in when complete (recall keeps working on the old one). 202 with
+        the rebuild ``{id, status, ...}``; follow it with ``GET .../index/{id}``. Errors: 409 a
+        rebuild is already queued or running."""
+        return await archive.start_rebuild(principal, workspace_id)
+
+    @get("/index", summary="Latest index rebuild")
+    async def latest_rebuild(self, archive: NamedDependency[Archive],
+                             principal: NamedDependency[Principal],
+                             workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
+        """The latest rebuild: status (queued, running, done, failed), progress ``done/total``,
+        summary or error. 404 when the workspace was never rebuilt."""
+        return await archive.rebuild_status(principal, workspace_id)
+
+    @get("/index/{rebuild_id:str}", summary="One index rebuild")
+    async def rebuild(self, archive: NamedDependency[Archive],
+                      principal: NamedDependency[Principal],
+                      workspace_id: FromPath[WorkspaceId],
+                      rebuild_id: FromPath[Annotated[str, Parameter(max_length=40)]]) -> dict[str, Any]:
+        """One tracked rebuild by id. Errors: 404."""
+        return await archive.rebuild_status(principal, workspace_id, rebuild_id)
+
     @post("/search", summary="Verified hybrid recall", status_code=200)
     async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "import": "Import a cards file (JSON Lines, optionally .gz) through the writer API.",
     "status": "Card counts per family and projection progress of a workspace.",
     "convert-bird": "Convert the BIRD / BIRD-CRITIC / sqlfluff datasets into a cards file.",
+    "index": "Rebuild a workspace's index from its cards into a new collection, then switch.",
 }
 
 
@@ -121,6 +122,30 @@ def _search(args: argparse.Namespace, mode: str) -> Any:
     if args.exclude:
         body["exclude"] = args.exclude
     return ApiClient().call("POST", _mem(args.workspace) + "/search", json=body)
+
+
+def _rebuild(api: ApiClient, ws: str, no_wait: bool) -> Any:
+    """Start a rebuild and follow it: a progress bar on a terminal, the final row as JSON."""
+    import time
+
+    row = api.call("POST", f"{_mem(ws)}/index")
+    if no_wait:
+        return row
+    tty = sys.stderr.isatty()
+    while row["status"] in ("queued", "running"):
+        time.sleep(1.0)
+        row = api.call("GET", f"{_mem(ws)}/index/{row['id']}")
+        if tty and row.get("total"):
+            done, total = row["done"], row["total"]
+            filled = int(30 * done / max(total, 1))
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} cards")
+            sys.stderr.flush()
+    if tty:
+        sys.stderr.write("\n")
+    if row["status"] == "failed":
+        raise CliError({"error": row.get("error") or "rebuild failed", "code": "rebuild_failed",
+                        "rebuild": row}, 3)
+    return row
 
 
 def run(args: argparse.Namespace) -> Any:
@@ -215,6 +240,8 @@ def run(args: argparse.Namespace) -> Any:
         return api.call("POST", f"{_mem(ws)}/{args.card_id}/retry")
     if cmd == "status":
         return api.call("GET", f"{_mem(ws)}/status")
+    if cmd == "index":
+        return _rebuild(api, ws, args.no_wait)
     if cmd == "import":
         path = Path(args.file)
         try:
@@ -307,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     pe = card_cmd("pending")
     pe.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     card_cmd("status")
+    ix = card_cmd("index")
+    ix.add_argument("--no-wait", action="store_true", help="queue the rebuild and return")
     im = card_cmd("import")
     im.add_argument("file", help="cards file: JSON Lines, optionally gzip-compressed")
     for name in ("search", "rules", "solved-search"):

@@ -126,16 +126,17 @@ SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at 
 WHERE id = ANY(%(ids)s) AND status <> 'done';
 
 -- name: ops_supersede
--- Open upserts of a card at or below the revision just projected are complete.
+-- Open (or failed) upserts of a card at or below the revision just projected are complete.
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
-WHERE card_id = %(card_id)s AND status = 'pending' AND op = 'upsert' AND revision <= %(revision)s;
+WHERE card_id = %(card_id)s AND status IN ('pending', 'failed') AND op = 'upsert'
+  AND revision <= %(revision)s;
 
 -- name: ops_supersede_deleted
 -- Every open operation of a deleted card is complete once its point is gone (ids are never reused).
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
-WHERE card_id = %(card_id)s AND status = 'pending';
+WHERE card_id = %(card_id)s AND status IN ('pending', 'failed');
 
 -- name: ops_fail
 UPDATE projection_ops
@@ -248,3 +249,59 @@ VALUES (%(id)s, %(workspace)s, %(digest)s, %(permissions)s, %(database)s, %(sche
 UPDATE api_tokens SET revoked_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, workspace_id;
+
+-- name: projection_format_latest
+SELECT max(format) AS format FROM projection_formats;
+
+-- name: projection_lock_shared
+-- Held by every projection job of a workspace; an index rebuild's switch takes it exclusively.
+SELECT pg_advisory_xact_lock_shared(hashtextextended('memarc.projection:' || %(workspace)s, 0));
+
+-- name: projection_lock_exclusive
+SELECT pg_advisory_xact_lock(hashtextextended('memarc.projection:' || %(workspace)s, 0));
+
+-- name: card_revisions
+SELECT id, revision FROM cards ORDER BY id;
+
+-- name: ops_complete_deletes
+-- A rebuilt collection holds current cards only: every open deletion is satisfied.
+UPDATE projection_ops
+SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
+WHERE op = 'delete' AND status IN ('pending', 'failed');
+
+-- name: rebuild_insert
+INSERT INTO index_rebuilds (id, workspace_id, requested_by)
+VALUES (%(id)s, %(workspace)s, %(actor)s)
+RETURNING *;
+
+-- name: rebuild_claim
+UPDATE index_rebuilds
+SET status = 'running', started_at = coalesce(started_at, now()), done = 0,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = %(id)s AND (status = 'queued' OR (status = 'running' AND lease_expires_at < now()))
+RETURNING *;
+
+-- name: rebuild_progress
+UPDATE index_rebuilds
+SET done = %(done)s, total = %(total)s, collection = %(collection)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = %(id)s;
+
+-- name: rebuild_finish
+UPDATE index_rebuilds
+SET status = %(status)s, summary = %(summary)s, error = %(error)s, finished_at = now(),
+    lease_expires_at = NULL
+WHERE id = %(id)s
+RETURNING *;
+
+-- name: rebuild_get
+SELECT * FROM index_rebuilds WHERE id = %(id)s;
+
+-- name: rebuild_latest
+SELECT * FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
+
+-- name: sweep_workspaces
+SELECT workspace_id FROM workspaces_with_open_ops();
+
+-- name: sweep_rebuilds
+SELECT workspace_id, rebuild_id FROM workspaces_with_open_rebuilds();

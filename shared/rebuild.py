@@ -1,0 +1,169 @@
+"""Index rebuild (``memarc index``, DESIGN §3-4): a workspace's projection rebuilt from
+authoritative cards only, into a new collection, then switched in atomically.
+
+1. Claim the tracked rebuild (a lease renewed on progress; an expired lease is re-claimed by the
+   sweep and the rebuild starts over).
+2. Create a new collection; read every card of the workspace from PostgreSQL in id order, embed
+   and write it. Recall keeps answering from the old collection meanwhile, and workers keep
+   projecting into it.
+3. Catch up (at most 3 passes, no locks): cards changed, added or deleted since they were read.
+4. Switch, in one transaction holding the workspace's projection lock exclusively (so no
+   projection job is in flight): a last catch-up, the alias switch (the old collection, with any
+   orphan points, is dropped), the valid projections recorded for exactly the revisions written,
+   and the operations those revisions satisfy completed.
+
+It never imports files, old payloads or another collection: everything written comes from the
+cards table. It is also the recovery for a collection whose vector configuration is incompatible
+(Qdrant cannot add a named vector to an existing collection).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+import msgspec
+from psycopg.types.json import Jsonb
+
+from . import repository
+from .db import Q, Database
+from .embedding import Embedder
+from .index import IndexEngine
+from .models import Card
+from .projection import build_points
+
+log = logging.getLogger(__name__)
+
+BATCH = 128
+CATCH_UP_PASSES = 3
+
+
+class RebuildSummary(msgspec.Struct):
+    """What a rebuild did."""
+
+    cards: int
+    written: int
+    caught_up: int
+    removed_points: int
+    collection: str
+    replaced: str | None
+    seconds: float
+
+
+async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, int]:
+    async with db.transaction(workspace, read_only=True) as conn:
+        cur = await conn.execute(Q.card_revisions)
+        return {r["id"]: r["revision"] for r in await cur.fetchall()}
+
+
+async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
+                 language: str, target: str, ids: list[uuid.UUID],
+                 written: dict[uuid.UUID, int]) -> int:
+    """Read ``ids`` now, write them into ``target``; returns how many existed."""
+    async with db.transaction(workspace, read_only=True) as conn:
+        cards: dict[uuid.UUID, Card] = await repository.get_cards(conn, ids)
+    live = [cards[i] for i in ids if i in cards]
+    if live:
+        await index.upsert(workspace, await build_points(embedder, live, language), collection=target)
+        for card in live:
+            written[uuid.UUID(card.id[4:])] = card.revision
+    gone = [i for i in ids if i not in cards and i in written]
+    if gone:
+        await index.delete(workspace, gone, collection=target)
+        for i in gone:
+            written.pop(i, None)
+    return len(live)
+
+
+def _diff(current: dict[uuid.UUID, int], written: dict[uuid.UUID, int]) -> list[uuid.UUID]:
+    changed = [i for i, rev in current.items() if written.get(i) != rev]
+    gone = [i for i in written if i not in current]
+    return sorted(changed + gone, key=str)
+
+
+async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
+                        rebuild_id: uuid.UUID, *, lease_seconds: int = 300) -> dict[str, Any] | None:
+    """Run a claimed rebuild to completion; returns the tracked row, or None when the rebuild
+    is not claimable (done, or running under a live lease elsewhere).
+
+    Failures are recorded on the rebuild (status ``failed``, error) and the new collection is
+    dropped; the workspace keeps its old collection.
+    """
+    async with db.transaction(workspace) as conn:
+        row = await (await conn.execute(Q.rebuild_claim, {
+            "id": rebuild_id, "lease_seconds": lease_seconds})).fetchone()
+        if row is None:
+            return None
+        ws = await repository.workspace(conn, workspace)
+    started = time.perf_counter()
+    target: str | None = None
+    try:
+        dimension = embedder.dense_dimension()
+        target = await index.create_rebuild_collection(workspace, embedder.dense_model_id, dimension)
+        current = await _revisions(db, workspace)
+        ids = sorted(current, key=str)
+        written: dict[uuid.UUID, int] = {}
+        for start in range(0, len(ids), BATCH):
+            await _write(db, index, embedder, workspace, ws["language"], target,
+                         ids[start:start + BATCH], written)
+            async with db.transaction(workspace) as conn:
+                await conn.execute(Q.rebuild_progress, {
+                    "id": rebuild_id, "done": min(start + BATCH, len(ids)), "total": len(ids),
+                    "collection": target, "lease_seconds": lease_seconds})
+        caught_up = 0
+        for _ in range(CATCH_UP_PASSES):
+            pending = _diff(await _revisions(db, workspace), written)
+            if not pending:
+                break
+            caught_up += len(pending)
+            for start in range(0, len(pending), BATCH):
+                await _write(db, index, embedder, workspace, ws["language"], target,
+                             pending[start:start + BATCH], written)
+
+        old_ids = set((await index.scroll_ids(workspace)).keys())
+        async with db.transaction(workspace) as conn:
+            await conn.execute(Q.projection_lock_exclusive, {"workspace": workspace})
+            cur = await conn.execute(Q.card_revisions)
+            current = {r["id"]: r["revision"] for r in await cur.fetchall()}
+            pending = _diff(current, written)
+            caught_up += len(pending)
+            for start in range(0, len(pending), BATCH):
+                await _write(db, index, embedder, workspace, ws["language"], target,
+                             pending[start:start + BATCH], written)
+            replaced = await index.switch_collection(workspace, target)
+            async with conn.cursor() as c:
+                await c.executemany(Q.projection_record, [
+                    {"card_id": i, "revision": rev, "format": repository.PROJECTION_FORMAT}
+                    for i, rev in written.items()])
+                await c.executemany(Q.ops_supersede, [
+                    {"card_id": i, "revision": rev} for i, rev in written.items()])
+            await conn.execute(Q.ops_complete_deletes)
+            summary = RebuildSummary(
+                cards=len(current), written=len(written), caught_up=caught_up,
+                removed_points=len(old_ids - set(current)), collection=target, replaced=replaced,
+                seconds=round(time.perf_counter() - started, 2))
+            row = await (await conn.execute(Q.rebuild_finish, {
+                "id": rebuild_id, "status": "done", "error": None,
+                "summary": Jsonb(msgspec.to_builtins(summary))})).fetchone()
+            await repository.record_activity(conn, workspace, actor=row["requested_by"],
+                                             verb="index", outcome="ok",
+                                             detail=msgspec.to_builtins(summary))
+        return row
+    except Exception as exc:
+        message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        log.warning("index rebuild of %s failed: %s", workspace, message)
+        if target is not None:
+            try:
+                await index.drop_collection(target)
+            except Exception:  # the engine may be the thing that failed; the rebuild is failed anyway
+                log.warning("could not drop abandoned collection %s", target)
+        async with db.transaction(workspace) as conn:
+            row = await (await conn.execute(Q.rebuild_finish, {
+                "id": rebuild_id, "status": "failed", "error": message[:2000],
+                "summary": None})).fetchone()
+            await repository.record_activity(conn, workspace, actor=row["requested_by"],
+                                             verb="index", outcome="failed",
+                                             detail={"error": message[:500]})
+        return row

@@ -1,0 +1,225 @@
+"""Index lifecycle (DESIGN §3-4): leases, failures, retries, format upgrades, tombstones, rebuild."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import msgspec
+import psycopg
+import pytest
+
+from shared import repository
+from shared.db import Q
+from shared.index import PointIn, QdrantClientEngine
+from shared.projection import payload, project_operations, projected_text
+
+BASE = "/api/workspaces/acme/memory"
+
+
+def _rule(title: str, text: str, **kw) -> dict:
+    return {"family": "sql_rule", "title": title, "content": {"rule": text}, **kw}
+
+
+async def _create(env, h, n=3):
+    cards = []
+    for i in range(n):
+        r = await env.client.post(BASE, headers=h, json=_rule(
+            f"Rule {i} about invoices", f"Invoices are issued on day {i + 1} of the month."))
+        assert r.status_code == 201
+        cards.append(r.json()["card"])
+    return cards
+
+
+async def _search(env, h, query="when are invoices issued", **kw):
+    r = await env.client.post(f"{BASE}/search", headers=h,
+                              json={"query": query, "mode": "rules", "top": 20, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_an_expired_lease_is_reclaimed_and_completed_with_the_current_state(make_env):
+    async with make_env(lease_seconds=1) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await _create(env, h, 1))[0]
+        # a worker leases the operation and dies before completing it
+        async with env.resources.db.transaction("acme") as conn:
+            cur = await conn.execute(Q.ops_claim, {"workspace": "acme", "op_id": -1, "batch": True,
+                                                   "limit": 10, "lease_seconds": 1})
+            assert len(await cur.fetchall()) == 1
+        # meanwhile the card changes
+        r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json=_rule(
+            "Rule 0 about invoices", "Invoices are issued on the last day of the month.", revision=1))
+        assert r.status_code == 200
+        ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+        assert [o["status"] for o in ops] == ["running", "pending"]
+        await asyncio.sleep(1.2)
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+        res = await _search(env, h, "invoices issued last day of the month")
+        assert res["results"][0]["card"]["revision"] == 2
+        points = await env.resources.index.scroll_ids("acme")
+        assert points[uuid.UUID(card["id"][4:])]["revision"] == 2
+
+
+async def test_failures_are_counted_then_failed_until_retried(make_env):
+    async with make_env(max_attempts=2) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await _create(env, h, 1))[0]
+        dead = QdrantClientEngine(msgspec.structs.replace(env.settings,
+                                                          qdrant_url="http://127.0.0.1:1"))
+        for _ in range(3):
+            await project_operations(env.resources.db, dead, env.resources.embedder, "acme", None,
+                                     max_attempts=2)
+        ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+        assert len(ops) == 1 and ops[0]["status"] == "failed" and ops[0]["attempts"] == 2
+        assert "unreachable" in ops[0]["last_error"]
+        shown = (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()
+        assert shown["card"]["index_status"] == "failed"
+        # never dropped silently: a failed operation is not picked up again by the sweep
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"][0]["status"] == "failed"
+        r = await env.client.post(f"{BASE}/{card['id']}/retry", headers=h)
+        assert r.status_code == 202 and r.json()["operations"] == [ops[0]["id"]]
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+        await dead.close()
+
+
+async def test_a_retry_for_a_deleted_card_deletes_the_point_and_never_restores(make_env):
+    async with make_env(redis_url="redis://127.0.0.1:1/0") as env:  # no worker at delete time
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await _create(env, h, 1))[0]
+        await project_operations(env.resources.db, env.resources.index, env.resources.embedder,
+                                 "acme", None)
+        r = await env.client.delete(f"{BASE}/{card['id']}", headers=h)
+        assert r.status_code == 200
+        cid = uuid.UUID(card["id"][4:])
+        assert cid in await env.resources.index.scroll_ids("acme")  # tombstone still pending
+        assert (await _search(env, h))["results"] == []  # but never returned
+        r = await env.client.post(f"{BASE}/{card['id']}/retry", headers=h)
+        assert r.status_code == 202
+        await project_operations(env.resources.db, env.resources.index, env.resources.embedder,
+                                 "acme", None)
+        assert cid not in await env.resources.index.scroll_ids("acme")
+        assert (await env.client.get(f"{BASE}/{card['id']}", headers=h)).status_code == 404
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+
+
+async def test_raising_the_projection_format_makes_old_projections_pending(make_env, monkeypatch):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        assert len((await _search(env, h))["results"]) == 3
+        monkeypatch.setattr(repository, "PROJECTION_FORMAT", repository.PROJECTION_FORMAT + 1)
+        shown = (await env.client.get(f"{BASE}/{cards[0]['id']}", headers=h)).json()
+        assert shown["card"]["index_status"] == "pending"
+        res = await _search(env, h)
+        assert res["results"] == [] and res["excluded"] == 3
+        # retry upgrades one card; index upgrades the rest
+        await env.client.post(f"{BASE}/{cards[0]['id']}/retry", headers=h)
+        await env.drain()
+        assert [x["card"]["id"] for x in (await _search(env, h))["results"]] == [cards[0]["id"]]
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        assert r.status_code == 202
+        await env.drain()
+        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
+        assert row["status"] == "done" and row["summary"]["written"] == 3
+        assert len((await _search(env, h))["results"]) == 3
+        # the runtime refuses to start when the code's format was not recorded by a migration
+        from shared.errors import SchemaOutdated
+
+        with pytest.raises(SchemaOutdated, match="memarc migrate"):
+            await repository.check_projection_format(env.resources.db)
+
+
+async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        index = env.resources.index
+        # an orphan point (no card) in the current collection
+        ghost = dict(cards[0], id=f"mem-{uuid.uuid4()}")
+        from shared.models import Card
+
+        gcard = Card(**{**ghost, "dependencies": [], "links": [], "source": None})
+        dense, sparse = await env.resources.embedder.embed_documents([projected_text(gcard)], "en")
+        await index.upsert("acme", [PointIn(id=uuid.UUID(ghost["id"][4:]), dense=dense[0],
+                                            sparse=sparse[0], payload=payload(gcard))])
+        # replace the collection by one without the BM25 vector (as an old deployment had it)
+        from qdrant_client import models as qm
+
+        await index.drop("acme")
+        await index._call(lambda c: c.create_collection(index.collection("acme"), vectors_config={
+            "dense": qm.VectorParams(size=384, distance=qm.Distance.COSINE)}))
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "invoices"})
+        assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
+
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        assert r.status_code == 202 and r.json()["status"] == "queued"
+        again = await env.client.post(f"{BASE}/index", headers=h)
+        assert again.status_code == 409
+        await env.drain()
+        row = (await env.client.get(f"{BASE}/index", headers=h)).json()
+        assert row["status"] == "done", row
+        assert row["summary"]["cards"] == 3 and row["summary"]["written"] == 3
+        res = await _search(env, h)
+        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
+        points = await index.scroll_ids("acme")
+        assert set(points) == {uuid.UUID(c["id"][4:]) for c in cards}
+        # a second rebuild replaces the aliased collection atomically
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        await env.drain()
+        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
+        alias = index.collection("acme")
+        assert row["status"] == "done"
+        assert row["summary"]["replaced"].startswith(alias + "__")
+        assert row["summary"]["replaced"] != row["collection"]
+        assert len((await _search(env, h))["results"]) == 3
+        with psycopg.connect(env.migrator_url) as conn:
+            verbs = [r[0] for r in conn.execute(
+                "SELECT outcome FROM memory.activity WHERE verb = 'index' ORDER BY id")]
+        assert verbs == ["ok", "ok"]
+
+
+async def test_cards_written_during_a_rebuild_end_up_current(make_env, monkeypatch):
+    """A card updated and one created while the rebuild reads: both current after the switch."""
+    import shared.rebuild as rebuild
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        original_write = rebuild._write
+        calls = {"n": 0}
+
+        async def write_and_interfere(*args, **kw):
+            result = await original_write(*args, **kw)
+            calls["n"] += 1
+            if calls["n"] == 1:  # after the first batch was read and written
+                r = await env.client.put(f"{BASE}/{cards[1]['id']}", headers=h, json=_rule(
+                    "Rule 1 about invoices", "Invoices are issued every Friday.", revision=1))
+                assert r.status_code == 200
+                r = await env.client.post(BASE, headers=h, json=_rule(
+                    "Credit notes", "Credit notes reverse an invoice."))
+                assert r.status_code == 201
+            return result
+
+        monkeypatch.setattr(rebuild, "_write", write_and_interfere)
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        await env.drain()
+        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
+        assert row["status"] == "done" and row["summary"]["caught_up"] >= 2
+        status = (await env.client.get(f"{BASE}/status", headers=h)).json()
+        assert status["cards"] == status["current"] == 4
+        res = await _search(env, h, "invoices issued every Friday")
+        assert res["results"][0]["card"]["revision"] == 2
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
