@@ -337,6 +337,21 @@ class Archive:
             raise NotFound("no rebuild of this workspace")
         return row
 
+    async def audit(self, principal: Principal, workspace: str, repair: bool = False):
+        """Compare PostgreSQL and the index point by point; with ``repair``, queue the fixes.
+
+        :raises IndexUnavailable: no index in this process, or it cannot be read.
+        """
+        from .audit import audit
+
+        principal.require(workspace, "memory.manage")
+        if self.index is None:
+            raise IndexUnavailable("this process has no search index")
+        report = await audit(self.db, self.index, workspace, repair=repair, actor=principal.actor)
+        if report.queued:
+            await self.queue.enqueue(workspace, report.queued)
+        return report
+
     # ---- recall (memory.read) ----
 
     async def search(self, principal: Principal, workspace: str, req: SearchRequest):

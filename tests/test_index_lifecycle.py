@@ -223,3 +223,45 @@ async def test_cards_written_during_a_rebuild_end_up_current(make_env, monkeypat
         res = await _search(env, h, "invoices issued every Friday")
         assert res["results"][0]["card"]["revision"] == 2
         assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+
+
+async def test_audit_finds_missing_stale_orphan_and_misplaced_points_and_repairs(make_env):
+    from shared.models import Card
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 4)
+        await env.drain()
+        index = env.resources.index
+        ids = [uuid.UUID(c["id"][4:]) for c in cards]
+
+        async def put(card_json, pid, **overrides):
+            card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
+            dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
+            await index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
+                                                payload={**payload(card), **overrides})])
+
+        await index.delete("acme", [ids[0]])                      # missing
+        await put(cards[1], ids[1], revision=7)                   # stale
+        orphan = uuid.uuid4()
+        await put(cards[2], orphan)                               # orphan
+        misplaced = uuid.uuid4()
+        await put(cards[2], misplaced, workspace="other")         # misplaced
+        r = await env.client.put(f"{BASE}/{cards[3]['id']}", headers=h, json=_rule(
+            "Rule 3 about invoices", "Invoices are issued on Mondays.", revision=1))  # pending
+        assert r.status_code == 200
+
+        report = (await env.client.get(f"{BASE}/audit", headers=h)).json()
+        assert report["missing"] == [cards[0]["id"]] and report["stale"] == [cards[1]["id"]]
+        assert report["orphan"] == [f"mem-{orphan}"] and report["misplaced"] == [f"mem-{misplaced}"]
+        assert report["pending"] == 1 and report["current"] == 1 and report["queued"] == []
+
+        r = await env.client.post(f"{BASE}/audit/repair", headers=h)
+        assert r.status_code == 202 and len(r.json()["queued"]) == 4
+        await env.drain()
+        report = (await env.client.get(f"{BASE}/audit", headers=h)).json()
+        assert report["missing"] == report["stale"] == report["orphan"] == report["misplaced"] == []
+        assert report["current"] == 4 and report["points"] == 4
+        res = await _search(env, h)
+        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)

@@ -27,6 +27,7 @@ from shared.auth import Principal, authenticate
 from shared.config import Settings
 from shared.errors import ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput, Unauthorized
 from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
+from shared.audit import AuditReport
 from shared.repository import ListQuery
 from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
                             RetryResult, WriteResult)
@@ -189,6 +190,21 @@ class MemoryController(Controller):
                       rebuild_id: FromPath[Annotated[str, Parameter(max_length=40)]]) -> dict[str, Any]:
         """One tracked rebuild by id. Errors: 404."""
         return await archive.rebuild_status(principal, workspace_id, rebuild_id)
+
+    @get("/audit", summary="Audit the index against PostgreSQL")
+    async def audit(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+                    workspace_id: FromPath[WorkspaceId]) -> AuditReport:
+        """Point-by-point comparison: ``missing``, ``stale``, ``orphan`` and ``misplaced`` card
+        ids, plus counts. Errors: 503 ``index_unavailable``."""
+        return await archive.audit(principal, workspace_id)
+
+    @post("/audit/repair", summary="Audit and queue the fixes", status_code=202)
+    async def audit_repair(self, archive: NamedDependency[Archive],
+                           principal: NamedDependency[Principal],
+                           workspace_id: FromPath[WorkspaceId]) -> AuditReport:
+        """As ``GET .../audit``, then queue upserts for missing and stale cards and deletions for
+        orphan and misplaced points (``queued`` lists the operation ids)."""
+        return await archive.audit(principal, workspace_id, repair=True)
 
     @post("/search", summary="Verified hybrid recall", status_code=200)
     async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],

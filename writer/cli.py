@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "import": "Import a cards file (JSON Lines, optionally .gz) through the writer API.",
     "status": "Card counts per family and projection progress of a workspace.",
     "convert-bird": "Convert the BIRD / BIRD-CRITIC / sqlfluff datasets into a cards file.",
+    "audit": "Compare the index with PostgreSQL point by point; --repair queues the fixes.",
     "index": "Rebuild a workspace's index from its cards into a new collection, then switch.",
 }
 
@@ -240,6 +241,10 @@ def run(args: argparse.Namespace) -> Any:
         return api.call("POST", f"{_mem(ws)}/{args.card_id}/retry")
     if cmd == "status":
         return api.call("GET", f"{_mem(ws)}/status")
+    if cmd == "audit":
+        if args.repair:
+            return api.call("POST", f"{_mem(ws)}/audit/repair")
+        return api.call("GET", f"{_mem(ws)}/audit")
     if cmd == "index":
         return _rebuild(api, ws, args.no_wait)
     if cmd == "import":
@@ -334,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     pe = card_cmd("pending")
     pe.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     card_cmd("status")
+    au = card_cmd("audit")
+    au.add_argument("--repair", action="store_true", help="queue operations that fix what it finds")
     ix = card_cmd("index")
     ix.add_argument("--no-wait", action="store_true", help="queue the rebuild and return")
     im = card_cmd("import")

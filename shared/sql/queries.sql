@@ -305,3 +305,14 @@ SELECT workspace_id FROM workspaces_with_open_ops();
 
 -- name: sweep_rebuilds
 SELECT workspace_id, rebuild_id FROM workspaces_with_open_rebuilds();
+
+-- name: audit_cards
+-- Every card with its recorded projection and whether an operation is still open for it.
+SELECT c.id, c.revision, p.revision AS projected_revision, p.format AS projected_format,
+       EXISTS (SELECT 1 FROM projection_ops o
+               WHERE o.card_id = c.id AND o.status IN ('pending', 'running')) AS has_open_op
+FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
+
+-- name: audit_open_deletes
+SELECT DISTINCT card_id FROM projection_ops
+WHERE op = 'delete' AND status IN ('pending', 'running');
