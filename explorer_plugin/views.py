@@ -23,10 +23,11 @@ from datasette import Response
 from shared import browse
 from shared.auth import Principal
 from shared.errors import ArchiveError, BadRequest, Forbidden, InvalidInput, Unavailable
-from shared.models import FAMILY_FIELDS, MAX_PER_PAGE, MAX_QUERY, MAX_TOP, Card, SearchRequest
+from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MAX_QUERY, MAX_TOP, ORIGINS, Card,
+                           SearchRequest)
 from shared.models import convert as convert_model
 from shared.recall import recall
-from shared.repository import ListQuery
+from shared.repository import SORTS, ListQuery
 
 from . import access, resources
 
@@ -238,31 +239,88 @@ async def workspaces_view(datasette: Any, request: Any) -> Response:
                          depth=1)
 
 
+SINGLE_FILTERS = ("database", "schema", "table", "column")
+
+
+def _date_arg(request: Any, name: str) -> datetime | None:
+    raw = (request.args.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a date (YYYY-MM-DD) or an ISO timestamp",
+                           field=name) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
 def _list_query(request: Any) -> tuple[ListQuery, bool]:
+    """A listing's query from Datasette-style URL parameters: ``q``, repeatable ``family``,
+    ``origin`` and ``concepts``, ``database`` / ``schema`` / ``table`` / ``column``,
+    ``updated_after`` / ``updated_before`` (dates), ``_sort`` or ``_sort_desc`` (updated,
+    created, title, family), ``_page``, ``_size``."""
     q = (request.args.get("q") or "").strip()
     if len(q) > MAX_QUERY:
         raise InvalidInput(f"q is longer than {MAX_QUERY} characters", field="q")
     size_given = bool((request.args.get("_size") or "").strip())
+    sort, desc = "updated", None
+    if request.args.get("_sort_desc"):
+        sort, desc = request.args.get("_sort_desc"), True
+    elif request.args.get("_sort"):
+        sort, desc = request.args.get("_sort"), False
+    if sort not in SORTS:
+        raise InvalidInput(f"_sort must be one of {', '.join(SORTS)}", field="_sort")
+    singles = {name: (request.args.get(name) or "").strip() or None for name in SINGLE_FILTERS}
     query = ListQuery(
         q=q or None,
         family=_list_arg(request, "family"),
         origin=_list_arg(request, "origin"),
+        concepts=_list_arg(request, "concepts"),
+        updated_after=_date_arg(request, "updated_after"),
+        updated_before=_date_arg(request, "updated_before"),
+        sort=sort, desc=desc,
         page=_int_arg(request, "_page", 1, 1, MAX_PAGE),
         per_page=_int_arg(request, "_size", DEFAULT_PER_PAGE, 1, MAX_PER_PAGE),
+        **singles,
     )
     return query, size_given
 
 
 def _filter_pairs(query: ListQuery, size_given: bool) -> list[tuple[str, Any]]:
-    """The URL parameters of a listing's filter state (without the page)."""
+    """The URL parameters of a listing's filter and sort state (without the page)."""
     pairs: list[tuple[str, Any]] = []
     if query.q:
         pairs.append(("q", query.q))
     pairs += [("family", f) for f in query.family]
     pairs += [("origin", o) for o in query.origin]
+    pairs += [("concepts", c) for c in query.concepts]
+    pairs += [(name, getattr(query, name)) for name in SINGLE_FILTERS if getattr(query, name)]
+    for name in ("updated_after", "updated_before"):
+        value = getattr(query, name)
+        if value is not None:
+            pairs.append((name, value.isoformat()))
+    if query.sort != "updated" or query.desc is False:
+        descending = SORTS[query.sort][1] if query.desc is None else query.desc
+        pairs.append(("_sort_desc" if descending else "_sort", query.sort))
     if size_given:
         pairs.append(("_size", query.per_page))
     return pairs
+
+
+def _toggle(pairs: list[tuple[str, Any]], name: str, value: str, selected: bool
+            ) -> list[tuple[str, Any]]:
+    """URL pairs with a facet value switched on or off; single-valued filters are replaced
+    (choosing another database also clears its table and column)."""
+    if selected:
+        drop = {name} | ({"table", "column"} if name == "database" else set()) | (
+            {"column"} if name == "table" else set())
+        return [p for p in pairs if not (p[0] == name and p[1] == value) and
+                not (p[0] in drop - {name})]
+    if name in SINGLE_FILTERS:
+        drop = {name} | ({"table", "column"} if name == "database" else set()) | (
+            {"column"} if name == "table" else set())
+        return [p for p in pairs if p[0] not in drop] + [(name, value)]
+    return pairs + [(name, value)]
 
 
 def _card_csv_row(card: Card) -> list[Any]:
@@ -310,17 +368,22 @@ async def cards_view(datasette: Any, request: Any) -> Response:
 
     facets = []
     for name, counts in result.facets.items():
-        selected = getattr(query, name)
+        selected = browse.selected_values(query, name)
         values = []
         for value, count in counts.items():
             is_selected = value in selected
-            if is_selected:
-                toggled = [p for p in pairs if p != (name, value)]
-            else:
-                toggled = pairs + [(name, value)]
             values.append({"value": value, "count": count, "selected": is_selected,
-                           "toggle_url": base + _qs(toggled)})
+                           "toggle_url": base + _qs(_toggle(pairs, name, value, is_selected))})
         facets.append({"name": name, "values": values})
+    sort_links = []
+    for key in SORTS:
+        default_desc = SORTS[key][1]
+        current = query.sort == key
+        descending = (default_desc if query.desc is None else query.desc) if current else default_desc
+        flip = not descending if current else descending
+        others = [p for p in pairs if p[0] not in ("_sort", "_sort_desc")]
+        sort_links.append({"key": key, "current": current, "descending": descending,
+                           "url": base + _qs(others + [("_sort_desc" if flip else "_sort", key)])})
     page_qs = _qs(pairs + ([("_page", query.page)] if query.page > 1 else []))
     return await _render(datasette, request, "memarc_cards.html", {
         "workspace": workspace,
@@ -328,9 +391,11 @@ async def cards_view(datasette: Any, request: Any) -> Response:
         "cards": result.cards,
         "total": result.total,
         "facets": facets,
-        "families": browse.FACET_VALUES["family"],
-        "origins": browse.FACET_VALUES["origin"],
+        "families": FAMILIES,
+        "origins": ORIGINS,
         "size_given": size_given,
+        "sort_links": sort_links,
+        "filtered": any(p[0] not in ("_size", "_sort", "_sort_desc") for p in pairs),
         "pages": _pagination(query.page, last_page, page_url),
         "last_page": last_page,
         "previous_url": page_url(query.page - 1) if query.page > 1 else None,
@@ -461,7 +526,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
     engine = resources.search_engine(datasette)
     context: dict[str, Any] = {
         "workspace": workspace, "form": form, "modes": RECALL_MODES,
-        "families": browse.FACET_VALUES["family"],
+        "families": FAMILIES,
         "index_available": engine is not None, "index_message": resources.INDEX_NOT_AVAILABLE,
         "response": None, "error": None,
     }

@@ -6,7 +6,7 @@ row-level security still confines every query to the one workspace named.
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any
 
 import msgspec
 
@@ -62,13 +62,6 @@ async def pending(db: Database, workspace: str, limit: int = 100, offset: int = 
 
 # ---- explorer pages: one read-only transaction per page ----
 
-#: Values of the list facets, in display order.
-FACET_VALUES: dict[str, tuple[str, ...]] = {
-    "family": models.FAMILIES,
-    "origin": get_args(models.Origin),
-}
-
-
 class ListPage(msgspec.Struct, kw_only=True):
     """A page of cards, the total, and facet counts.
 
@@ -96,10 +89,9 @@ class CardView(msgspec.Struct, kw_only=True):
 
 async def list_page(db: Database, workspace: str, query: ListQuery, *,
                     facets: bool = True) -> ListPage:
-    """A page of cards as :func:`list_cards`, plus family and origin facet counts.
-
-    Facet counts go through the same list query (a count per facet value), so they can never
-    disagree with the list itself.
+    """A page of cards as :func:`list_cards`, plus facet counts (family, origin, concepts,
+    database, and table within the selected database); see :func:`repository.facet_counts`.
+    Selected values always appear, with their count (0 when nothing matches).
 
     :raises NotFound: no such workspace. :raises InvalidInput: bad page or filter.
     """
@@ -108,15 +100,19 @@ async def list_page(db: Database, workspace: str, query: ListQuery, *,
         cards, total = await repository.list_cards(conn, query)
         counts: dict[str, dict[str, int]] = {}
         if facets:
-            for name, values in FACET_VALUES.items():
-                selected = getattr(query, name)
-                counts[name] = {}
-                for value in values:
-                    probe = msgspec.structs.replace(query, page=1, per_page=1, **{name: [value]})
-                    _, n = await repository.list_cards(conn, probe)
-                    if n or value in selected:
-                        counts[name][value] = n
+            counts = await repository.facet_counts(conn, query)
+            for name in counts:
+                for value in selected_values(query, name):
+                    counts[name].setdefault(value, 0)
         return ListPage(cards=cards, total=total, facets=counts)
+
+
+def selected_values(query: ListQuery, facet: str) -> list[str]:
+    """The values of ``facet`` selected in ``query`` (single-valued filters as a list)."""
+    value = getattr(query, facet)
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 async def card_view(db: Database, workspace: str, card_id: str) -> CardView:

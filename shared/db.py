@@ -42,7 +42,10 @@ class _Queries:
         self._queries: dict[str, str] = {}
         for block in re.split(r"^-- name: ", text, flags=re.M)[1:]:
             name, _, body = block.partition("\n")
-            self._queries[name.strip()] = body.strip().rstrip(";")
+            lines = body.strip().splitlines()
+            while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+                lines.pop()  # comments between blocks belong to the next section, not this query
+            self._queries[name.strip()] = "\n".join(lines).strip().rstrip(";")
 
     def __getattr__(self, name: str) -> str:
         try:

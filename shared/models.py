@@ -37,6 +37,7 @@ MAX_BODY_BYTES = 1_000_000
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
 FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
 Origin = Literal["manual", "workflow", "import"]
+ORIGINS: tuple[str, ...] = ("manual", "workflow", "import")
 Mode = Literal["search", "rules", "solved"]
 
 #: Families each recall mode may return (DESIGN §5).

@@ -7,6 +7,7 @@ Functions here neither commit nor check permissions; :mod:`shared.service` does 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -267,36 +268,70 @@ async def family_counts(conn: AsyncConnection) -> dict[str, int]:
 # ---- the list query (API list, CLI list, explorer list) ----
 
 class ListQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Filters, sort and page of a card listing. ``q`` is a text search or a ``mem-`` id."""
+    """Filters, sort and page of a card listing (API list, CLI list, explorer list).
+
+    - ``q``: a ``mem-`` card id, or a case-insensitive substring of the title or content;
+    - ``family``, ``origin``: any of the values given;
+    - ``concepts``: all of them;
+    - ``database`` / ``schema`` / ``table`` / ``column``: one dependency entry must carry every
+      level given (never pieced together from two entries); a gap (a column without its table,
+      a table without its database) is refused;
+    - ``updated_after`` / ``updated_before``: ``updated_at`` range (UTC, inclusive / exclusive);
+    - ``sort``: ``updated`` (default, newest first), ``created`` (newest first), ``title`` or
+      ``family`` (A-Z); ``desc`` reverses the default; ties always break by id.
+    """
 
     q: str | None = None
     family: list[str] = []
     origin: list[str] = []
+    concepts: list[str] = []
+    database: str | None = None
+    schema: str | None = None
+    table: str | None = None
+    column: str | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+    sort: str = "updated"
+    desc: bool | None = None
     page: int = 1
     per_page: int = 20
 
 
-async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card], int]:
-    """One page of cards, sorted by ``updated_at desc, id``, and the total count.
+SORTS: dict[str, tuple[str, bool]] = {  # column, descending by default
+    "updated": ("c.updated_at", True),
+    "created": ("c.created_at", True),
+    "title": ("lower(c.title)", False),
+    "family": ("c.family", False),
+}
+#: Facets of a listing: family, origin, concepts, database, table.
+FACETS = ("family", "origin", "concepts", "database", "table")
 
-    :raises InvalidInput: page < 1, per_page outside 1..100, unknown family or origin.
+
+def _list_where(query: ListQuery, skip: str | None = None) -> tuple[sql.Composable, dict[str, Any]]:
+    """WHERE clause and parameters of a listing; ``skip`` leaves out one facet's own filter.
+
+    :raises InvalidInput: any filter out of bounds.
     """
-    if query.page < 1:
-        raise InvalidInput("page must be at least 1", field="page")
-    if not 1 <= query.per_page <= models.MAX_PER_PAGE:
-        raise InvalidInput(f"per_page must be between 1 and {models.MAX_PER_PAGE}", field="per_page")
     for f in query.family:
         if f not in models.FAMILIES:
             raise InvalidInput(f"unknown family {f!r}", field="family")
     for o in query.origin:
-        if o not in ("manual", "workflow", "import"):
+        if o not in models.ORIGINS:
             raise InvalidInput(f"unknown origin {o!r}", field="origin")
+    if len(query.concepts) > models.MAX_CONCEPTS:
+        raise InvalidInput(f"at most {models.MAX_CONCEPTS} concepts", field="concepts")
+    for name in ("q", "database", "schema", "table", "column"):
+        value = getattr(query, name)
+        models.reject_nul(value, name)
+        if value is not None and len(value) > models.MAX_QUERY:
+            raise InvalidInput(f"{name} is longer than {models.MAX_QUERY} characters", field=name)
+    if query.column and not query.table:
+        raise InvalidInput("a column filter needs a table filter", field="column")
+    if (query.table or query.schema) and not query.database:
+        raise InvalidInput("a schema or table filter needs a database filter", field="database")
     where: list[sql.Composable] = [sql.SQL("true")]
     params: dict[str, Any] = {}
     if query.q:
-        models.reject_nul(query.q, "q")
-        if len(query.q) > models.MAX_QUERY:
-            raise InvalidInput(f"q is longer than {models.MAX_QUERY} characters", field="q")
         card_uuid = models.parse_card_id(query.q)
         if card_uuid is not None:
             where.append(sql.SQL("c.id = %(q_id)s"))
@@ -305,24 +340,108 @@ async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card
             pattern = "%" + query.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             where.append(sql.SQL("(c.title ILIKE %(q_like)s OR c.content::text ILIKE %(q_like)s)"))
             params["q_like"] = pattern
-    if query.family:
+    if query.family and skip != "family":
         where.append(sql.SQL("c.family = ANY(%(families)s)"))
         params["families"] = query.family
-    if query.origin:
+    if query.origin and skip != "origin":
         where.append(sql.SQL("c.origin = ANY(%(origins)s)"))
         params["origins"] = query.origin
-    cond = sql.SQL(" AND ").join(where)
+    if query.concepts and skip != "concepts":
+        where.append(sql.SQL("c.concepts @> %(concepts)s::text[]"))
+        params["concepts"] = query.concepts
+    levels = [(col, getattr(query, name)) for name, col in (
+        ("database", "database_name"), ("schema", "schema_name"), ("table", "table_name"),
+        ("column", "column_name")) if getattr(query, name) is not None
+        and not (skip == "database" and name == "database")
+        and not (skip == "table" and name in ("table", "column"))]
+    if levels:
+        conds = sql.SQL(" AND ").join(
+            sql.SQL("d.{} = {}").format(sql.Identifier(col), sql.Placeholder(f"dep_{col}"))
+            for col, _ in levels)
+        where.append(sql.SQL("EXISTS (SELECT 1 FROM card_dependencies d "
+                             "WHERE d.card_id = c.id AND {})").format(conds))
+        params.update({f"dep_{col}": value for col, value in levels})
+    if query.updated_after is not None:
+        where.append(sql.SQL("c.updated_at >= %(updated_after)s"))
+        params["updated_after"] = query.updated_after
+    if query.updated_before is not None:
+        where.append(sql.SQL("c.updated_at < %(updated_before)s"))
+        params["updated_before"] = query.updated_before
+    return sql.SQL(" AND ").join(where), params
+
+
+async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card], int]:
+    """One page of cards in the requested order (ties by id) and the total count.
+
+    :raises InvalidInput: page < 1, per_page outside 1..100, unknown sort, or a bad filter.
+    """
+    if query.page < 1:
+        raise InvalidInput("page must be at least 1", field="page")
+    if not 1 <= query.per_page <= models.MAX_PER_PAGE:
+        raise InvalidInput(f"per_page must be between 1 and {models.MAX_PER_PAGE}", field="per_page")
+    if query.sort not in SORTS:
+        raise InvalidInput(f"sort must be one of {', '.join(SORTS)}", field="sort")
+    cond, params = _list_where(query)
     total_row = await (await conn.execute(
         sql.SQL("SELECT count(*) AS n FROM cards c WHERE {}").format(cond), params)).fetchone()
+    column, default_desc = SORTS[query.sort]
+    descending = default_desc if query.desc is None else query.desc
+    direction = sql.SQL("DESC" if descending else "ASC")
     params.update(limit=query.per_page, offset=(query.page - 1) * query.per_page)
     cur = await conn.execute(
-        sql.SQL("SELECT c.id FROM cards c WHERE {} ORDER BY c.updated_at DESC, c.id "
-                "LIMIT %(limit)s OFFSET %(offset)s").format(cond), params)
+        sql.SQL("SELECT c.id FROM cards c WHERE {} ORDER BY {} {}, c.id {} "
+                "LIMIT %(limit)s OFFSET %(offset)s").format(
+            cond, sql.SQL(column), direction, direction), params)
     ids = [row["id"] for row in await cur.fetchall()]
     cards = await get_cards(conn, ids)
     return [cards[i] for i in ids if i in cards], total_row["n"]
 
 
+async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30
+                       ) -> dict[str, dict[str, int]]:
+    """Counts per value of each facet (:data:`FACETS`) over the cards matching every filter of
+    ``query`` except the facet's own, so a count says how many cards selecting that value adds.
+    At most ``limit`` values per facet, most frequent first (ties by value)."""
+    out: dict[str, dict[str, int]] = {}
+    for facet in FACETS:
+        cond, params = _list_where(query, skip=facet)
+        params["facet_limit"] = limit
+        if facet in ("family", "origin"):
+            stmt = sql.SQL("SELECT c.{col} AS v, count(*) AS n FROM cards c WHERE {cond} "
+                           "GROUP BY 1").format(col=sql.Identifier(facet), cond=cond)
+        elif facet == "concepts":
+            stmt = sql.SQL("SELECT v, count(*) AS n FROM cards c, unnest(c.concepts) v "
+                           "WHERE {cond} GROUP BY 1").format(cond=cond)
+        else:
+            col = sql.Identifier("database_name" if facet == "database" else "table_name")
+            extra = sql.SQL("")
+            if facet == "table":
+                if query.database is None:
+                    continue  # tables are listed within a database
+                extra = sql.SQL(" AND d.database_name = %(facet_db)s")
+                params["facet_db"] = query.database
+            stmt = sql.SQL("SELECT d.{col} AS v, count(DISTINCT c.id) AS n FROM cards c "
+                           "JOIN card_dependencies d ON d.card_id = c.id "
+                           "WHERE {cond} AND d.{col} IS NOT NULL{extra} GROUP BY 1").format(
+                col=col, cond=cond, extra=extra)
+        stmt = sql.SQL("SELECT v, n FROM ({}) f ORDER BY n DESC, v LIMIT %(facet_limit)s").format(stmt)
+        rows = await (await conn.execute(stmt, params)).fetchall()
+        out[facet] = {r["v"]: r["n"] for r in rows}
+    return out
+
+
 def is_unique_violation(exc: BaseException) -> bool:
     """True for a PostgreSQL unique violation."""
     return isinstance(exc, psycopg.errors.UniqueViolation)
+
+
+# ---- workflow (issue 6) ----
+
+async def add_links(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
+                    links: list[tuple[uuid.UUID, str]]) -> None:
+    """Add (already resolved) outgoing links to a card inserted earlier in this transaction.
+
+    A review inserts all its new cards first and links them afterwards, so links between two new
+    cards of one review (in either direction, cycles included) resolve inside one transaction.
+    """
+    await _write_links(conn, workspace_id, card_uuid, links, replace=False)

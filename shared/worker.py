@@ -8,6 +8,7 @@ killed worker) is picked up again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -125,6 +126,22 @@ async def sweep(ctx: dict[str, Any]) -> int:
             await redis.enqueue_job(PROJECT_JOB, ws, op_id, _job_id=job_id(op_id))
             offered += 1
     return offered
+
+
+async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
+    """Stop an arq worker gracefully: pick no new job, let running jobs finish (at most
+    ``grace_seconds``; a job cut short keeps its lease and is reclaimed after it expires), close.
+    """
+    worker.allow_pick_jobs = False
+    running = [t for t in worker.tasks.values() if not t.done()]
+    if running:
+        await asyncio.wait(running, timeout=grace_seconds)
+    try:
+        await worker.close()  # cancels what is still running, then gathers it
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # we are being cancelled ourselves
 
 
 def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | None = None,

@@ -33,7 +33,7 @@ import pytest
 from shared.audit import audit
 from shared.db import Database
 from shared.service import Archive
-from shared.worker import build_worker
+from shared.worker import build_worker, stop_worker
 from writer.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,8 +212,7 @@ async def test_concurrent_writers_for_30_seconds(make_env):
             if all(r.pending == 0 for r in reports) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.5)
-        worker.handle_sig(signal.SIGUSR1)
-        await worker.close()
+        await stop_worker(worker)
         worker_task.cancel()
         await asyncio.gather(worker_task, return_exceptions=True)
         for r in reports:

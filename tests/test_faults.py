@@ -128,3 +128,61 @@ async def test_postgresql_unavailable_is_503_with_code(make_env):
             await dead.close()
         with psycopg.connect(env.migrator_url) as conn:
             assert conn.execute("SELECT count(*) FROM memory.cards").fetchone()[0] == 0
+
+
+class FaultyClient:
+    """Fault injection at the index interface: wraps the embedded engine's qdrant-client and,
+    while ``down``, raises the connection error qdrant-client raises when its server is
+    unreachable (``ResponseHandlingException`` around ``httpx.ConnectError``). It fakes no
+    behaviour of the engine: when up, every call goes to the real local-mode client."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.down = False
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            if self.down:
+                import httpx
+                from qdrant_client.http.exceptions import ResponseHandlingException
+
+                raise ResponseHandlingException(httpx.ConnectError("injected outage"))
+            return attr(*args, **kwargs)
+
+        return call
+
+
+async def test_embedded_index_outage_during_save_and_job_then_converges(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        index = env.resources.index
+        r = await env.client.post(BASE, json=CARD, headers=h)
+        card = r.json()["card"]
+        await env.drain()
+        faulty = FaultyClient(index._open())
+        index._client = faulty
+        faulty.down = True
+        # save during the outage: committed, pending
+        r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json={
+            **CARD, "content": {"rule": "Bookings are counted by ship_date from 2027 on."},
+            "revision": 1})
+        assert r.status_code == 200 and r.json()["index_status"] == "pending"
+        # the job runs during the outage: the operation stays pending with the error
+        await env.drain()
+        ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+        assert len(ops) == 1 and ops[0]["status"] == "pending" and "injected outage" in ops[0]["last_error"]
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "bookings ship date"})
+        assert r.status_code == 503 and r.json()["code"] == "index_unavailable"
+        # the engine is back: the sweep converges without a retry, recall has the new content
+        faulty.down = False
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "bookings counted by ship date", "mode": "rules"})
+        assert r.json()["results"][0]["card"]["revision"] == 2
+        assert "ship_date" in r.json()["results"][0]["card"]["content"]["rule"]

@@ -10,7 +10,8 @@ import gzip
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 import msgspec
 import psycopg
@@ -32,6 +33,7 @@ from shared.repository import ListQuery
 from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
                             RetryResult, WriteResult)
 from shared.worker import Resources
+from writer.workflow import SchemaChangeController, SessionController
 
 log = logging.getLogger("memarc.writer")
 
@@ -128,16 +130,33 @@ class MemoryController(Controller):
 
     @get("", summary="List cards")
     async def list_cards(
-        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+        workspace_id: FromPath[WorkspaceId],
         q: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_QUERY)]] = None,
         family: FromQuery[list[models.Family] | None] = None,
         origin: FromQuery[list[models.Origin] | None] = None,
+        concepts: FromQuery[Annotated[list[str] | None, Parameter(max_items=models.MAX_CONCEPTS)]] = None,
+        database: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
+        schema: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
+        table: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
+        column: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
+        updated_after: FromQuery[datetime | None] = None,
+        updated_before: FromQuery[datetime | None] = None,
+        sort: FromQuery[Literal["updated", "created", "title", "family"]] = "updated",
+        desc: FromQuery[bool | None] = None,
         page: FromQuery[Annotated[int, Parameter(ge=1, le=1_000_000)]] = 1,
         per_page: FromQuery[Annotated[int, Parameter(ge=1, le=models.MAX_PER_PAGE)]] = 20,
     ) -> CardPage:
-        """A page of cards sorted by ``updated_at desc, id``; ``q`` is a text search or a card
-        id; ``family`` and ``origin`` repeatable. Errors: 401, 403, 404 (workspace), 422."""
-        query = ListQuery(q=q, family=list(family or []), origin=list(origin or []), page=page,
+        """A page of cards. ``q``: text (case-insensitive substring of title or content) or a
+        card id; ``family``, ``origin`` (any of), ``concepts`` (all of) repeatable; ``database``,
+        ``schema``, ``table``, ``column``: one dependency entry carries them all;
+        ``updated_after`` / ``updated_before``: ISO timestamps; ``sort`` = updated (default,
+        newest first), created, title, family, ``desc`` reverses; ties by id. Errors: 401, 403,
+        404 (workspace), 422."""
+        query = ListQuery(q=q, family=list(family or []), origin=list(origin or []),
+                          concepts=list(concepts or []), database=database, schema=schema,
+                          table=table, column=column, updated_after=updated_after,
+                          updated_before=updated_before, sort=sort, desc=desc, page=page,
                           per_page=per_page)
         return await archive.list_cards(principal, workspace_id, query)
 
@@ -305,7 +324,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
         state.archive = Archive(settings, resources.db, resources.queue, resources.index,
                                 resources.embedder)
     return Litestar(
-        route_handlers=[MemoryController, healthz, readyz],
+        route_handlers=[MemoryController, SessionController, SchemaChangeController, healthz, readyz],
         lifespan=[lifespan],
         state=state,
         exception_handlers={

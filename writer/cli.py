@@ -41,6 +41,11 @@ COMMANDS: dict[str, str] = {
     "convert-bird": "Convert the BIRD / BIRD-CRITIC / sqlfluff datasets into a cards file.",
     "audit": "Compare the index with PostgreSQL point by point; --repair queues the fixes.",
     "index": "Rebuild a workspace's index from its cards into a new collection, then switch.",
+    "propose": "Store a workflow session's proposals (additions and updates) from a JSON file.",
+    "summary": "Show a session's proposals as one reviewable document (diffs, stale items).",
+    "review-apply": "Apply a review of a session (idempotent by review_id) from a JSON file.",
+    "solved-index": "Re-queue the projection recorded by a session's review receipt.",
+    "schema-cleanup": "Delete the cards depending on removed tables/columns (a schema-change run).",
 }
 
 
@@ -221,6 +226,12 @@ def run(args: argparse.Namespace) -> Any:
             params.append(("q", args.q))
         params += [("family", f) for f in args.family or []]
         params += [("origin", o) for o in args.origin or []]
+        params += [("concepts", c) for c in args.concept or []]
+        params += [(name, getattr(args, name)) for name in
+                   ("database", "schema", "table", "column", "updated_after", "updated_before",
+                    "sort") if getattr(args, name)]
+        if args.desc:
+            params.append(("desc", "true"))
         return api.call("GET", _mem(ws), params=params)
     if cmd == "show":
         return api.call("GET", f"{_mem(ws)}/{args.card_id}")
@@ -264,6 +275,24 @@ def run(args: argparse.Namespace) -> Any:
         return _search(args, "rules")
     if cmd == "solved-search":
         return _search(args, "solved")
+    if cmd in ("propose", "summary", "review-apply", "solved-index"):
+        from urllib.parse import quote
+
+        if "/" in args.session:
+            raise CliError({"error": "a session id cannot contain '/'", "code": "bad_input"})
+        session = f"/api/workspaces/{ws}/sessions/{quote(args.session, safe='')}"
+        if cmd == "propose":
+            data = _read_json_file(args.data)
+            return api.call("POST", f"{session}/proposals",
+                            json={"proposals": data} if isinstance(data, list) else data)
+        if cmd == "summary":
+            return api.call("GET", f"{session}/summary")
+        if cmd == "review-apply":
+            return api.call("POST", f"{session}/review", json=_read_json_file(args.data))
+        return api.call("POST", f"{session}/solved-index")
+    if cmd == "schema-cleanup":
+        return api.call("POST", f"/api/workspaces/{ws}/schema-changes",
+                        json=_read_json_file(args.data))
     raise CliError({"error": f"unknown command {cmd}"})
 
 
@@ -323,6 +352,14 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--q", help="text search, or a card id")
     ls.add_argument("--family", action="append", help="repeatable family filter")
     ls.add_argument("--origin", action="append", help="repeatable origin filter")
+    ls.add_argument("--concept", action="append", help="repeatable; every one must be present")
+    for name in ("database", "schema", "table", "column"):
+        ls.add_argument(f"--{name}", help=f"one dependency entry must carry this {name}")
+    ls.add_argument("--updated-after", help="ISO date or timestamp (inclusive)")
+    ls.add_argument("--updated-before", help="ISO date or timestamp (exclusive)")
+    ls.add_argument("--sort", choices=["updated", "created", "title", "family"],
+                    help="order (default updated, newest first); ties by id")
+    ls.add_argument("--desc", action="store_true", help="reverse the sort's default direction")
     ls.add_argument("--page", type=int, default=1, help="page number (default 1)")
     ls.add_argument("--per-page", type=int, default=20, help="cards per page, 1..100")
     for name in ("show", "retry"):
@@ -353,6 +390,20 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--exclude", action="append", help="card id already decided (repeatable)")
         if name == "search":
             sp.add_argument("--family", action="append", help="narrow to these families")
+    for name in ("propose", "summary", "review-apply", "solved-index"):
+        sp = card_cmd(name)
+        sp.add_argument("--session", required=True, help="session id of the caller's workflow")
+        if name == "propose":
+            sp.add_argument("--data", required=True,
+                            help="JSON file: {proposals: [...]} or a list ('-' = stdin)")
+        if name == "review-apply":
+            sp.add_argument("--data", required=True,
+                            help="JSON file: {review_id, selected: [{key, edits?}]} or "
+                                 "{review_id, decline_all: true} ('-' = stdin)")
+    sc = card_cmd("schema-cleanup")
+    sc.add_argument("--data", required=True,
+                    help="JSON file: {run_id, database, schema, removed_tables, removed_columns} "
+                         "('-' = stdin)")
     cb = add("convert-bird")
     cb.add_argument("--datasets", default="../shared/datasets", help="datasets folder")
     cb.add_argument("--out", default="shared/data/bird_cards.jsonl.gz", help="output file")

@@ -32,7 +32,7 @@ from shared.config import Settings, load_settings
 from shared.migrate import login_of, migrate
 from shared.models import ImportCard
 from shared.service import Archive
-from shared.worker import Resources, build_worker
+from shared.worker import Resources, build_worker, stop_worker
 
 log = logging.getLogger("memarc")
 
@@ -162,7 +162,7 @@ async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
     for s in servers:
         s.should_exit = True
     if worker is not None:
-        await worker.close()
+        await stop_worker(worker)
     pending = [t for t in tasks if not t.done()]
     if pending:
         _, still = await asyncio.wait(pending, timeout=15)

@@ -316,3 +316,93 @@ FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
 -- name: audit_open_deletes
 SELECT DISTINCT card_id FROM projection_ops
 WHERE op = 'delete' AND status IN ('pending', 'running');
+
+-- ==== workflow (issue 6) ====
+-- Session proposals, review receipts, solved-index and physical schema-change cleanup
+-- (DESIGN §6, §7); used by shared/workflow.py and shared/schema_changes.py.
+
+-- name: wf_proposals_for_session
+SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at
+FROM session_proposals
+WHERE session_id = %(session_id)s
+ORDER BY seq;
+
+-- name: wf_proposal_count
+SELECT count(*) AS n FROM session_proposals WHERE session_id = %(session_id)s;
+
+-- name: wf_proposal_insert
+INSERT INTO session_proposals (workspace_id, session_id, key, kind, family, card_id, base_revision,
+                               reuse_card_id, proposal, digest, proposed_by)
+VALUES (%(workspace)s, %(session_id)s, %(key)s, %(kind)s, %(family)s, %(card_id)s,
+        %(base_revision)s, %(reuse_card_id)s, %(proposal)s, %(digest)s, %(actor)s);
+
+-- name: wf_normalized_contents
+-- Normalised form of each content object in %(contents)s, in order (see normalized_content()).
+SELECT u.i, normalized_content(u.c) AS norm
+FROM unnest(%(contents)s::jsonb[]) WITH ORDINALITY AS u(c, i)
+ORDER BY u.i;
+
+-- name: wf_cards_same_content
+-- For each (family, content) pair given (1-based ordinal i), the oldest card of that family whose
+-- normalised content equals it; pairs without such a card are absent. One pass over the cards.
+WITH wanted AS (
+    SELECT u.i, u.f, normalized_content(u.c) AS norm
+    FROM unnest(%(families)s::text[], %(contents)s::jsonb[]) WITH ORDINALITY AS u(f, c, i))
+SELECT DISTINCT ON (w.i) w.i, c.id
+FROM wanted w
+JOIN cards c ON c.family = w.f AND normalized_content(c.content) = w.norm
+ORDER BY w.i, c.created_at, c.id;
+
+-- name: wf_card_revisions
+SELECT id, revision FROM cards WHERE id = ANY(%(ids)s);
+
+-- name: wf_receipt_get
+SELECT review_id, session_id, outcome, request_digest, result, created_at
+FROM review_receipts WHERE review_id = %(review_id)s;
+
+-- name: wf_receipt_for_session
+SELECT review_id, session_id, outcome, request_digest, result, created_at
+FROM review_receipts WHERE session_id = %(session_id)s;
+
+-- name: wf_receipt_insert
+INSERT INTO review_receipts (workspace_id, review_id, session_id, outcome, request_digest, result,
+                             reviewed_by)
+VALUES (%(workspace)s, %(review_id)s, %(session_id)s, %(outcome)s, %(digest)s, %(result)s,
+        %(actor)s);
+
+-- name: sc_run_get
+SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
+
+-- name: sc_run_get_for_update
+SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
+
+-- name: sc_run_open_for_target
+SELECT run_id FROM schema_change_runs
+WHERE database_name = %(database)s AND schema_name = %(schema)s AND status = 'cleanup_pending';
+
+-- name: sc_run_insert
+INSERT INTO schema_change_runs (workspace_id, run_id, database_name, schema_name, removed_tables,
+                                removed_columns, request_digest, requested_by)
+VALUES (%(workspace)s, %(run_id)s, %(database)s, %(schema)s, %(tables)s, %(columns)s,
+        %(digest)s, %(actor)s)
+RETURNING *;
+
+-- name: sc_run_finish
+UPDATE schema_change_runs
+SET status = %(status)s, deleted = %(deleted)s, errors = %(errors)s,
+    completed_at = CASE WHEN %(status)s = 'done' THEN now() END
+WHERE run_id = %(run_id)s
+RETURNING *;
+
+-- name: sc_cards_matching
+-- Cards with a dependency entry on a removed object of one database/schema: a removed table
+-- covers the table entry and its columns; a removed column matches only that column's entries.
+-- Database-only and schema-only entries never match (the database and schema still exist).
+SELECT DISTINCT d.card_id
+FROM card_dependencies d
+WHERE d.database_name = %(database)s AND d.schema_name = %(schema)s
+  AND d.table_name IS NOT NULL
+  AND (d.table_name = ANY(%(tables)s)
+       OR EXISTS (SELECT 1 FROM unnest(%(col_tables)s::text[], %(col_names)s::text[]) AS r(t, c)
+                  WHERE d.table_name = r.t AND d.column_name = r.c))
+ORDER BY d.card_id;

@@ -1,0 +1,97 @@
+"""The list query (DESIGN §10): filters before pagination, facets, stable sorts — one query in
+shared/ serving the API, the CLI and the explorer."""
+
+from __future__ import annotations
+
+import psycopg
+
+BASE = "/api/workspaces/acme/memory"
+
+
+def _card(title, family="sql_rule", **kw):
+    field = {"sql_rule": "rule", "domain_clarification": "definition"}[family]
+    return {"family": family, "title": title, "content": {field: f"{title} text"}, **kw}
+
+
+CARDS = [
+    _card("Alpha orders id", dependencies=[{"database": "db1", "schema": "s", "table": "orders", "column": "id"},
+                                          {"database": "db1", "schema": "s", "table": "customers", "column": "name"}],
+          concepts=["sales", "keys"]),
+    _card("Bravo orders table", dependencies=[{"database": "db1", "schema": "s", "table": "orders"}],
+          concepts=["sales"]),
+    _card("Charlie db only", family="domain_clarification", dependencies=[{"database": "db1"}]),
+    _card("Delta other db", dependencies=[{"database": "db2", "schema": "s", "table": "orders"}],
+          concepts=["sales"]),
+    _card("Echo workspace wide", family="domain_clarification", concepts=["keys"]),
+]
+
+
+async def _seed(env):
+    env.workspace("acme")
+    h = env.token("acme")
+    ids = {}
+    for body in CARDS:
+        r = await env.client.post(BASE, json=body, headers=h)
+        assert r.status_code == 201, r.text
+        ids[r.json()["card"]["id"]] = body["title"].split()[0]
+    return h, ids
+
+
+async def _titles(env, h, ids, **params):
+    r = await env.client.get(BASE, params=params, headers=h)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    return [ids[c["id"]] for c in body["cards"]], body["total"]
+
+
+async def test_filters_sorts_and_pagination(make_env):
+    async with make_env() as env:
+        h, ids = await _seed(env)
+        assert await _titles(env, h, ids, sort="title") == (
+            ["Alpha", "Bravo", "Charlie", "Delta", "Echo"], 5)
+        assert (await _titles(env, h, ids, sort="title", desc="true"))[0][0] == "Echo"
+        assert await _titles(env, h, ids, sort="title", per_page=2, page=2) == (["Charlie", "Delta"], 5)
+        # physical context: one entry must carry every level given
+        assert (await _titles(env, h, ids, sort="title", database="db1", table="orders"))[0] == ["Alpha", "Bravo"]
+        assert (await _titles(env, h, ids, sort="title", database="db1", table="orders",
+                              column="name"))[0] == []
+        assert (await _titles(env, h, ids, sort="title", database="db1", table="customers",
+                              column="name"))[0] == ["Alpha"]
+        assert (await _titles(env, h, ids, sort="title", database="db1"))[0] == ["Alpha", "Bravo", "Charlie"]
+        # concepts: all of
+        assert (await _titles(env, h, ids, sort="title", concepts=["sales", "keys"]))[0] == ["Alpha"]
+        assert (await _titles(env, h, ids, sort="title", concepts="keys"))[0] == ["Alpha", "Echo"]
+        # family and text
+        assert (await _titles(env, h, ids, sort="title", family="domain_clarification", q="wide"))[0] == ["Echo"]
+        # updated range
+        with psycopg.connect(env.migrator_url) as conn:
+            conn.execute("UPDATE memory.cards SET updated_at = '2020-01-01T00:00:00Z' "
+                         "WHERE title LIKE 'Alpha%'")
+        assert (await _titles(env, h, ids, updated_before="2021-01-01T00:00:00Z"))[0] == ["Alpha"]
+        assert "Alpha" not in (await _titles(env, h, ids, updated_after="2021-01-01T00:00:00Z"))[0]
+        # default order: most recently updated first, ties by id
+        assert (await _titles(env, h, ids))[0][-1] == "Alpha"
+        # gaps and bad values are refused
+        for params in ({"table": "orders"}, {"database": "db1", "column": "id"}, {"sort": "nope"},
+                       {"per_page": 101}, {"family": "nope"}):
+            r = await env.client.get(BASE, params=params, headers=h)
+            assert r.status_code in (400, 422), params
+
+
+async def test_facets_count_every_filter_but_their_own(make_env):
+    from shared import repository
+    from shared.repository import ListQuery
+
+    async with make_env() as env:
+        await _seed(env)
+        async with env.resources.db.transaction("acme", read_only=True) as conn:
+            f = await repository.facet_counts(conn, ListQuery())
+            assert f["family"] == {"sql_rule": 3, "domain_clarification": 2}
+            assert f["concepts"] == {"sales": 3, "keys": 2}
+            assert f["database"] == {"db1": 3, "db2": 1}
+            assert "table" not in f  # tables are listed within a database
+            f = await repository.facet_counts(conn, ListQuery(database="db1", family=["sql_rule"]))
+            assert f["family"] == {"sql_rule": 2, "domain_clarification": 1}  # own filter left out
+            assert f["database"] == {"db1": 2, "db2": 1}
+            assert f["table"] == {"orders": 2, "customers": 1}
+            assert f["origin"] == {"manual": 2}

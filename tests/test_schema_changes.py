@@ -1,0 +1,260 @@
+"""Physical schema-change cleanup (DESIGN §7): only cards with a matching structured dependency
+are deleted, with their links and points; runs are recorded first, exactly-once, and survive a
+crash between the record and the deletion. Real services, no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from shared.auth import Principal
+from shared.schema_changes import SchemaChangeRequest, SchemaChanges
+
+ROOT = Path(__file__).resolve().parents[1]
+MEM = "/api/workspaces/acme/memory"
+CHANGES = "/api/workspaces/acme/schema-changes"
+
+
+def dep(database, schema=None, table=None, column=None):
+    return {k: v for k, v in {"database": database, "schema": schema, "table": table,
+                              "column": column}.items() if v is not None}
+
+
+CARDS = {
+    "orders": [dep("shop", "public", "orders")],
+    "orders.id": [dep("shop", "public", "orders", "id")],
+    "mixed": [dep("shop", "public", "customers"), dep("shop", "public", "orders", "status")],
+    "customers": [dep("shop", "public", "customers")],
+    "customers.email": [dep("shop", "public", "customers", "email")],
+    "database-only": [dep("shop")],
+    "schema-only": [dep("shop", "public")],
+    "workspace-wide": [],
+    "other-database": [dep("crm", "public", "orders")],
+    "other-schema": [dep("shop", "archive", "orders")],
+}
+
+
+async def _seed(env, h) -> dict[str, str]:
+    ids = {}
+    for name, deps in CARDS.items():
+        r = await env.client.post(MEM, headers=h, json={
+            "family": "sql_rule", "title": f"Rule on {name}",
+            "content": {"rule": f"A rule about {name} and its reporting."}, "dependencies": deps})
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["card"]["id"]
+    # a surviving card linking to a card that will be deleted
+    r = await env.client.put(f"{MEM}/{ids['customers']}", headers=h, json={
+        "family": "sql_rule", "title": "Rule on customers",
+        "content": {"rule": "A rule about customers and its reporting."},
+        "dependencies": CARDS["customers"], "revision": 1,
+        "links": [{"target": ids["orders"], "meaning": "joins"}]})
+    assert r.status_code == 200
+    return ids
+
+
+def _scalar(env, sql, *params):
+    with psycopg.connect(env.migrator_url) as conn:
+        return conn.execute(sql, params).fetchone()[0]
+
+
+async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
+        ids = await _seed(env, hm)
+        await env.drain()
+        run = {"run_id": "sync-1", "database": "shop", "schema": "public",
+               "removed_tables": ["orders"], "removed_columns": []}
+        r = await env.client.post(CHANGES, headers=hs, json=run)
+        assert r.status_code == 200, r.text
+        assert "idempotent-replayed" not in r.headers
+        result = r.json()
+        gone = {"orders", "orders.id", "mixed"}
+        assert result["status"] == "done" and result["errors"] == []
+        assert result["deleted"] == sorted(ids[n] for n in gone)
+        assert result["removed_tables"] == ["orders"] and result["completed_at"]
+        for name, cid in ids.items():
+            status = (await env.client.get(f"{MEM}/{cid}", headers=hm)).status_code
+            assert status == (404 if name in gone else 200), name
+        # the surviving card lost its link to the deleted one, and kept its revision
+        customers = (await env.client.get(f"{MEM}/{ids['customers']}", headers=hm)).json()["card"]
+        assert customers["links"] == [] and customers["revision"] == 2
+        assert _scalar(env, "SELECT count(*) FROM memory.card_dependencies WHERE card_id = ANY(%s)",
+                       [uuid.UUID(ids[n][4:]) for n in gone]) == 0
+        # points go through projection operations
+        pending = (await env.client.get(f"{MEM}/pending", headers=hm)).json()
+        assert sorted(o["card_id"] for o in pending["operations"] if o["op"] == "delete") == \
+            result["deleted"]
+        await env.drain()
+        points = await env.resources.index.scroll_ids("acme")
+        assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in gone}
+
+        # the same run id again: the same receipt, nothing deleted twice
+        ops = _scalar(env, "SELECT count(*) FROM memory.projection_ops")
+        deletes = _scalar(env, "SELECT count(*) FROM memory.activity WHERE verb = 'delete'")
+        again = await env.client.post(CHANGES, headers=hs, json=run)
+        assert again.status_code == 200 and again.json() == result
+        assert again.headers["idempotent-replayed"] == "true"
+        assert _scalar(env, "SELECT count(*) FROM memory.projection_ops") == ops
+        assert _scalar(env, "SELECT count(*) FROM memory.activity WHERE verb = 'delete'") == deletes
+        # order and duplicates do not make a new diff
+        same = dict(run, removed_tables=["orders", " orders "])
+        assert (await env.client.post(CHANGES, headers=hs, json=same)).json() == result
+        # the same run id with other removed objects is refused
+        r = await env.client.post(CHANGES, headers=hs, json=dict(run, removed_tables=["customers"]))
+        assert r.status_code == 409 and r.json()["run_id"] == "sync-1"
+
+        # a removed column takes only that column's cards (the table's cards survive)
+        r = await env.client.post(CHANGES, headers=hs, json={
+            "run_id": "sync-2", "database": "shop", "schema": "public",
+            "removed_columns": [{"table": "customers", "column": "email"}]})
+        assert r.status_code == 200 and r.json()["deleted"] == [ids["customers.email"]]
+        left = sorted(n for n in CARDS if n not in gone | {"customers.email"})
+        assert left == sorted(["customers", "database-only", "schema-only", "workspace-wide",
+                               "other-database", "other-schema"])
+        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(left)
+        with psycopg.connect(env.migrator_url) as conn:
+            runs = conn.execute("SELECT run_id, status FROM memory.schema_change_runs "
+                                "ORDER BY run_id").fetchall()
+        assert runs == [("sync-1", "done"), ("sync-2", "done")]
+
+
+async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_id(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
+        ids = await _seed(env, hm)
+        run = {"run_id": "sync-9", "database": "shop", "schema": "public",
+               "removed_tables": ["orders"]}
+        # the process records the run, then dies before the deletion phase
+        principal = Principal(workspace="acme", permissions=frozenset({"memory.schema"}),
+                              actor="test:crashed")
+        service = SchemaChanges(env.resources.db, env.resources.queue)
+        row = await service.record(principal, "acme", SchemaChangeRequest(**run))
+        assert row["status"] == "cleanup_pending"
+        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(CARDS)
+        # a new run for the same database/schema is refused while this one is incomplete
+        r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-10"))
+        assert r.status_code == 409 and r.json()["run_id"] == "sync-9"
+        assert "incomplete" in r.json()["detail"]
+        # another schema is independent
+        r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="arch-1",
+                                                                 schema="archive"))
+        assert r.status_code == 200 and r.json()["deleted"] == [ids["other-schema"]]
+        # repeating the run id completes the recorded run (from what was recorded)
+        r = await env.client.post(CHANGES, headers=hs, json=run)
+        assert r.status_code == 200 and "idempotent-replayed" not in r.headers
+        assert r.json()["status"] == "done"
+        assert r.json()["deleted"] == sorted(ids[n] for n in ("orders", "orders.id", "mixed"))
+        r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-10",
+                                                                 removed_tables=["customers"]))
+        assert r.status_code == 200
+        assert r.json()["deleted"] == sorted([ids["customers"], ids["customers.email"]])
+
+
+KILLED = r"""
+import asyncio, json, os, sys
+from shared import repository, schema_changes
+from shared.auth import Principal
+from shared.db import Database
+from shared.queue import ProjectionQueue
+
+async def main():
+    db = Database(os.environ["TEST_DB_URL"], "memory")
+    await db.open()
+    real = repository.delete_card
+
+    async def delete_then_hang(conn, card_uuid):
+        await real(conn, card_uuid)
+        print("deleting", flush=True)
+        await asyncio.sleep(3600)  # killed here, inside the deletion transaction
+
+    repository.delete_card = delete_then_hang
+    principal = Principal(workspace="acme", permissions=frozenset({"memory.schema"}),
+                          actor="test:killed")
+    request = schema_changes.SchemaChangeRequest(**json.loads(os.environ["TEST_RUN"]))
+    await schema_changes.SchemaChanges(db, ProjectionQueue(None)).apply(principal, "acme", request)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_process_killed_between_the_phases_leaves_a_run_that_completes(make_env):
+    """The bonus test: a real process records the run, starts deleting, and is SIGKILLed."""
+    async with make_env() as env:
+        env.workspace("acme")
+        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
+        ids = await _seed(env, hm)
+        run = {"run_id": "sync-k", "database": "shop", "schema": "public",
+               "removed_tables": ["orders"]}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED], cwd=ROOT, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, "TEST_DB_URL": env.settings.database_url,
+                 "TEST_RUN": json.dumps(run)})
+        try:
+            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+            assert line.strip() == "deleting", proc.stderr.read() if proc.poll() is not None else line
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            proc.stdout.close()
+            proc.stderr.close()
+        # the deletion transaction died with the process: the run is recorded, nothing deleted
+        for _ in range(100):
+            with psycopg.connect(env.migrator_url) as conn:
+                status = conn.execute("SELECT status FROM memory.schema_change_runs "
+                                      "WHERE run_id = 'sync-k'").fetchone()
+                busy = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND state LIKE 'idle in transaction%'"
+                                    ).fetchone()[0]
+            if busy == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert status == ("cleanup_pending",)
+        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(CARDS)
+        r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-k2"))
+        assert r.status_code == 409
+        r = await env.client.post(CHANGES, headers=hs, json=run)
+        assert r.status_code == 200 and r.json()["status"] == "done"
+        assert r.json()["deleted"] == sorted(ids[n] for n in ("orders", "orders.id", "mixed"))
+        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(CARDS) - 3
+
+
+async def test_permissions_bindings_and_bad_input(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        env.workspace("other")
+        run = {"run_id": "r", "database": "shop", "schema": "public", "removed_tables": ["orders"]}
+        for headers, status in ((env.token("acme", "memory.manage"), 403),
+                                (env.token("acme", "memory.review"), 403),
+                                (env.token("other", "memory.schema"), 404),
+                                (env.token("acme", "memory.schema", database="crm"), 403),
+                                (env.token("acme", "memory.schema", database="shop",
+                                           db_schema="sales"), 403),
+                                ({}, 401)):
+            r = await env.client.post(CHANGES, headers=headers, json=run)
+            assert r.status_code == status, (status, r.text)
+        assert _scalar(env, "SELECT count(*) FROM memory.schema_change_runs") == 0
+        hs = env.token("acme", "memory.schema")
+        for body in (dict(run, database="  "), dict(run, removed_tables=[""]),
+                     dict(run, removed_columns=[{"table": "orders"}]), dict(run, extra=1),
+                     {k: v for k, v in run.items() if k != "schema"}):
+            r = await env.client.post(CHANGES, headers=hs, json=body)
+            assert r.status_code in (400, 422), (body, r.text)
+        assert _scalar(env, "SELECT count(*) FROM memory.schema_change_runs") == 0
+        bound = env.token("acme", "memory.schema", database="shop", db_schema="public")
+        r = await env.client.post(CHANGES, headers=bound, json=run)
+        assert r.status_code == 200 and r.json()["deleted"] == []
+        with psycopg.connect(env.migrator_url) as conn:  # isolated by workspace under RLS
+            conn.execute("SET ROLE memarc_runtime")
+            conn.execute("SELECT set_config('memarc.workspace', 'other', false)")
+            assert conn.execute("SELECT count(*) FROM memory.schema_change_runs").fetchone()[0] == 0

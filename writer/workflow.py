@@ -1,0 +1,136 @@
+"""Workflow routes of the writer (DESIGN §6, §7): session proposals, summary, review and
+solved-index (``memory.review``); physical schema-change cleanup (``memory.schema``).
+
+Handlers parse, call :mod:`shared.workflow` / :mod:`shared.schema_changes`, return. Errors are the
+shared ones, turned into problem details by the app's exception handlers. An idempotent replay
+(a review id or a schema-change run id delivered again) answers the stored result unchanged, with
+the header ``Idempotent-Replayed: true``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, JSONBody, Parameter
+
+from shared.auth import Principal
+from shared.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
+from shared.workflow import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
+                             SolvedIndexResult, Summary, Workflow)
+
+REPLAYED = "Idempotent-Replayed"
+
+WorkspaceId = Annotated[str, Parameter(description="Workspace id", max_length=63)]
+SessionId = Annotated[str, Parameter(description="Session id of the caller's workflow",
+                                     max_length=200)]
+
+
+async def provide_workflow(state: State) -> Workflow:
+    """The workflow use cases over the process's database and projection queue."""
+    return Workflow(state.archive.db, state.archive.queue)
+
+
+async def provide_schema_changes(state: State) -> SchemaChanges:
+    """The schema-change cleanup over the process's database and projection queue."""
+    return SchemaChanges(state.archive.db, state.archive.queue)
+
+
+async def provide_principal(request: Request, state: State) -> Principal:
+    """The caller's principal, authenticated exactly as the card routes do.
+
+    :raises Unauthorized: missing, unknown, revoked or expired token.
+    """
+    from writer.app import provide_principal as authenticate  # writer.app imports this module
+
+    return await authenticate(request, state)
+
+
+def _replayed(content: object, replayed: bool) -> Response:
+    return Response(content=content, headers={REPLAYED: "true"} if replayed else None)
+
+
+class SessionController(Controller):
+    """A workflow session's proposals, summary, review and solved-index (memory.review)."""
+
+    path = "/api/workspaces/{workspace_id:str}/sessions/{session_id:str}"
+    dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
+    tags = ["workflow"]
+    security = [{"bearer": []}]
+
+    @post("/proposals", summary="Store a session's proposals", status_code=201)
+    async def propose(self, workflow: NamedDependency[Workflow],
+                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                      session_id: FromPath[SessionId],
+                      data: JSONBody[ProposeRequest]) -> ProposeResult:
+        """Validate and store a batch ``{proposals: [{key, kind (addition|update), decisions:
+        [{id, status}], family, title, content, scope, concepts, dependencies, links: [{target:
+        mem-id or key, meaning}], rationale, card_id + revision (updates)}]}``. 201 with each
+        proposal's ``action`` (create, reuse of an identical card, update), ``stale`` and
+        ``stored`` (new, or unchanged for an identical re-send). Errors: 422 no approved
+        decision, no reusable content, invalid field or link (``item`` names the proposal);
+        409 session already reviewed or key reused with other content; 401, 403, 404."""
+        return await workflow.propose(principal, workspace_id, session_id, data)
+
+    @get("/summary", summary="Reviewable summary of a session")
+    async def summary(self, workflow: NamedDependency[Workflow],
+                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                      session_id: FromPath[SessionId]) -> Summary:
+        """Every proposal with what it would create, reuse or change (``changes``: a field diff
+        ``{field: {before, after}}`` against the card now), ``stale`` updates and ``problems``;
+        ``counts``; the ``review`` receipt once reviewed. Errors: 404 no proposals, 401, 403."""
+        return await workflow.summary(principal, workspace_id, session_id)
+
+    @post("/review", summary="Apply a review (idempotent by review_id)", status_code=200)
+    async def review(self, workflow: NamedDependency[Workflow],
+                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                     session_id: FromPath[SessionId],
+                     data: JSONBody[ReviewRequest]) -> Response[ReviewReceipt]:
+        """Body ``{review_id, selected: [{key, edits?: {title, content, scope, concepts,
+        dependencies, links}}], note?}`` or ``{review_id, decline_all: true}``. One transaction;
+        answers the durable receipt ``{review_id, session_id, outcome, items: [{key, action
+        (created|updated|reused), card_id, revision}], declined, projection}``. The same
+        ``review_id`` again answers the same receipt and writes nothing (header
+        ``Idempotent-Replayed: true``). Errors: 409 ``stale_revision`` (``item`` names the
+        update; nothing written), 422 invalid link, unselected proposal, edit of the approved
+        SQL, 409 review id reused for another request or session already reviewed, 404."""
+        outcome = await workflow.review(principal, workspace_id, session_id, data)
+        return _replayed(outcome.receipt, outcome.replayed)
+
+    @post("/solved-index", summary="Re-queue the projection of a session's receipt",
+          status_code=202)
+    async def solved_index(self, workflow: NamedDependency[Workflow],
+                           principal: NamedDependency[Principal],
+                           workspace_id: FromPath[WorkspaceId],
+                           session_id: FromPath[SessionId]) -> SolvedIndexResult:
+        """Re-run the projection of every card the session's review wrote, from its current
+        state; a card deleted since is never recreated. 202 ``{cards: [{card_id, status
+        (requeued|deleted), operations}], operations, enqueued}``. Errors: 404 no receipt."""
+        return await workflow.solved_index(principal, workspace_id, session_id)
+
+
+class SchemaChangeController(Controller):
+    """Physical schema-change cleanup (memory.schema)."""
+
+    path = "/api/workspaces/{workspace_id:str}/schema-changes"
+    dependencies = {"schema_changes": Provide(provide_schema_changes),
+                    "principal": Provide(provide_principal)}
+    tags = ["schema changes"]
+    security = [{"bearer": []}]
+
+    @post("", summary="Clean up after removed tables and columns", status_code=200)
+    async def apply(self, schema_changes: NamedDependency[SchemaChanges],
+                    principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                    data: JSONBody[SchemaChangeRequest]) -> Response[SchemaChangeResult]:
+        """Body ``{run_id, database, schema, removed_tables: [...], removed_columns: [{table,
+        column}]}``. Records the run (pending cleanup), then deletes the cards with a dependency
+        on a removed object (a removed table covers its columns), with their links and points.
+        Answers ``{run_id, status, deleted: [card ids], errors: [{card_id, error}], ...}``; the
+        same run id again completes an incomplete run or answers the completed one unchanged
+        (``Idempotent-Replayed: true``). Errors: 409 an earlier run of this database/schema is
+        incomplete, or the run id was recorded with other objects; 403 permission or token
+        binding; 422; 404."""
+        outcome = await schema_changes.apply(principal, workspace_id, data)
+        return _replayed(outcome.result, outcome.replayed)
