@@ -8,12 +8,18 @@ archive adds 8 copies of every card (new ids, same text and the original's vecto
 PostgreSQL and the index by this script, with their projections recorded): latency does not
 depend on which text a vector came from, and re-embedding 18,000 long texts would take ~10 minutes
 here. Queries: the 66 hand-written rewordings (``solved``) and 66 BIRD questions (``search``).
+
+``--engine local|edge|both`` (default both) picks the embedded index engine (qdrant-client's local
+mode, Qdrant Edge) and prints one table per engine; with ``MEMARC_QDRANT_URL`` set the server is
+measured once instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -23,7 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench._archive as _archive  # noqa: E402
 from bench._archive import ROOT, BenchArchive, build  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.index_edge import QdrantEdgeEngine  # noqa: E402
 from shared import repository  # noqa: E402
 from shared.db import Q  # noqa: E402
 from shared.index import PointIn  # noqa: E402
@@ -49,7 +58,23 @@ async def add_copies(bench: BenchArchive, cards: list[ImportCard], copies: int) 
             if offset is None:
                 return out
 
-    originals = await res.index._call(fetch)
+    def fetch_edge():
+        import qdrant_edge as qe
+
+        shard = res.index._shard(res.index._resolve(name))
+        out, offset = {}, None
+        while True:
+            records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=1000,
+                                                            with_payload=True, with_vector=True))
+            for r in records:
+                out[uuid.UUID(str(r.id))] = r
+            if offset is None:
+                return out
+
+    if isinstance(res.index, QdrantEdgeEngine):
+        originals = await res.index._call(fetch_edge)
+    else:
+        originals = await res.index._call(fetch)
     async with res.db.transaction(bench.workspace) as conn:
         full = await repository.get_cards(conn, list(originals))
     added = 0
@@ -114,24 +139,19 @@ async def measure(bench: BenchArchive, queries: list[tuple[str, str]], repeat: i
     }
 
 
-async def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--copies", type=int, default=8, help="extra copies for the large archive")
-    ap.add_argument("--repeat", type=int, default=1, help="passes over the query set")
-    args = ap.parse_args(argv)
-    cards = read_cards(bundled_cards())
-    reworded = [json.loads(x) for x in (ROOT / "bench/fixtures/reworded_questions.jsonl").read_text().splitlines()]
-    queries = [(r["reworded"], "solved") for r in reworded] + [(r["original"], "search") for r in reworded]
-    results = {}
-    for label, copies in (("2k", 0), ("20k", args.copies)):
-        bench = await build(f"latency{label}", cards)
-        n = len(cards)
-        if copies:
-            n += await add_copies(bench, cards, copies)
-        results[label] = {"cards": n, **await measure(bench, queries, args.repeat)}
-        await bench.close()
-    engine = "qdrant server" if bench.resources.settings.qdrant_url else "qdrant-client local mode"
-    print(f"engine: {engine}; queries per size: {len(queries) * args.repeat}")
+@contextlib.contextmanager
+def engine_choice(engine: str):
+    """Make ``bench._archive.build`` open ``engine`` (it builds its settings itself)."""
+    original = _archive.load_settings
+    _archive.load_settings = functools.partial(load_settings, index_engine=engine)
+    try:
+        yield
+    finally:
+        _archive.load_settings = original
+
+
+def print_table(engine: str, results: dict, queries: int) -> None:
+    print(f"engine: {engine}; queries per size: {queries}")
     print(f"{'size':>5} {'cards':>6} {'full p50':>9} {'full p95':>9} {'bare p50':>9} {'bare p95':>9} "
           f"{'full/bare':>9} {'(verify+expand)/bare':>21}  shares: embed index verify expand fetch")
     for label, r in results.items():
@@ -140,6 +160,35 @@ async def main(argv: list[str] | None = None) -> None:
               f"{r['bare_p50_ms']:>8.1f}ms {r['bare_p95_ms']:>8.1f}ms {r['full_over_bare_p50']:>9.2f} "
               f"{r['verify_plus_expand_over_bare']:>21.3f}  {s['embed']:.2f} {s['index']:.2f} "
               f"{s['verify']:.2f} {s['expand']:.2f} {s['fetch']:.2f}")
+
+
+async def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--copies", type=int, default=8, help="extra copies for the large archive")
+    ap.add_argument("--repeat", type=int, default=1, help="passes over the query set")
+    ap.add_argument("--engine", choices=("local", "edge", "both"), default="both",
+                    help="embedded index engine(s) to measure (ignored with MEMARC_QDRANT_URL)")
+    args = ap.parse_args(argv)
+    cards = read_cards(bundled_cards())
+    reworded = [json.loads(x) for x in (ROOT / "bench/fixtures/reworded_questions.jsonl").read_text().splitlines()]
+    queries = [(r["reworded"], "solved") for r in reworded] + [(r["original"], "search") for r in reworded]
+    engines = ["local", "edge"] if args.engine == "both" else [args.engine]
+    if _archive.model_env().get("MEMARC_QDRANT_URL"):
+        engines = ["server"]
+    for engine in engines:
+        results = {}
+        for label, copies in (("2k", 0), ("20k", args.copies)):
+            with engine_choice("local" if engine == "server" else engine):
+                bench = await build(f"latency{label}", cards)
+            n = len(cards)
+            if copies:
+                n += await add_copies(bench, cards, copies)
+            results[label] = {"cards": n, **await measure(bench, queries, args.repeat)}
+            await bench.close()
+        name = {"server": "qdrant server", "local": "qdrant-client local mode",
+                "edge": "Qdrant Edge"}[engine]
+        print_table(name, results, len(queries) * args.repeat)
+        print(flush=True)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,9 @@ class _Urls:
     def recall(self, workspace: str) -> str:
         return self.path(f"/-/memory/{workspace}/-/recall")
 
+    def activity(self, workspace: str, fmt: str | None = None) -> str:
+        return self.path(f"/-/memory/{workspace}/-/activity" + (f".{fmt}" if fmt else ""))
+
 
 def _crumbs(urls: _Urls, depth: int, workspace: str | None) -> list[tuple[str, str]]:
     """Breadcrumbs to the page's ancestors, as Datasette shows them: ``depth`` 1 = home,
@@ -477,6 +480,44 @@ async def pending_view(datasette: Any, request: Any) -> Response:
     })
 
 
+ACTIVITY_CSV_COLUMNS = ("id", "at", "actor", "verb", "card_id", "outcome", "detail")
+
+
+async def activity_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory/{workspace}/-/activity`` (and ``.json`` / ``.csv``): the activity log, newest
+    first, filterable by ``verb``, ``card_id`` and ``outcome`` (prefix, e.g. ``rejected``)."""
+    workspace = await access.require_workspace(datasette, request)
+    page = _int_arg(request, "_page", 1, 1, MAX_PAGE)
+    per_page = _int_arg(request, "_size", PENDING_PER_PAGE, 1, PENDING_MAX_PER_PAGE)
+    filters = {name: (request.args.get(name) or "").strip() or None
+               for name in ("verb", "card_id", "outcome")}
+    db = await resources.database(datasette)
+    rows, total = await browse.activity(db, workspace, limit=per_page,
+                                        offset=(page - 1) * per_page, **filters)
+    fmt = request.url_vars.get("format")
+    if fmt == "json":
+        return _json({"workspace": workspace, "total": total, "page": page, "per_page": per_page,
+                      "activity": rows})
+    if fmt == "csv":
+        return _csv(request, f"{workspace}-activity.csv", ACTIVITY_CSV_COLUMNS,
+                    ([r.get(c) if c != "at" else _fmt_time(r["at"]) for c in ACTIVITY_CSV_COLUMNS]
+                     for r in rows))
+    urls = _Urls(datasette)
+    pairs: list[tuple[str, Any]] = [(k, v) for k, v in filters.items() if v]
+    last_page = max(1, math.ceil(total / per_page))
+
+    def page_url(n: int) -> str:
+        return urls.activity(workspace) + _qs(pairs + ([("_page", n)] if n > 1 else []))
+
+    page_qs = _qs(pairs + ([("_page", page)] if page > 1 else []))
+    return await _render(datasette, request, "memarc_activity.html", {
+        "workspace": workspace, "activity": rows, "total": total, "filters": filters,
+        "pages": _pagination(page, last_page, page_url), "last_page": last_page,
+        "json_url": urls.activity(workspace, "json") + page_qs,
+        "csv_url": urls.activity(workspace, "csv") + page_qs,
+    })
+
+
 def _concepts(request: Any) -> list[str]:
     """Concept filters: ``concept`` repeated, each value possibly a comma-separated list."""
     values = (c.strip() for v in request.args.getlist("concept") for c in v.split(","))
@@ -566,6 +607,7 @@ ROUTES: list[tuple[str, Any]] = [
     (r"^/-/memory(\.(?P<format>json))?$", workspaces_view),
     (rf"^/-/memory/{_WS}/-/pending(\.(?P<format>json|csv))?$", pending_view),
     (rf"^/-/memory/{_WS}/-/recall$", recall_view),
+    (rf"^/-/memory/{_WS}/-/activity(\.(?P<format>json|csv))?$", activity_view),
     (rf"^/-/memory/{_WS}/(?P<card_id>[^/.]+)(\.(?P<format>json))?$", card_view),
     (rf"^/-/memory/{_WS}(\.(?P<format>json|csv))?$", cards_view),
 ]

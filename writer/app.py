@@ -178,6 +178,22 @@ class MemoryController(Controller):
         status, attempts, last error, age in seconds."""
         return await archive.pending(principal, workspace_id, limit, offset)
 
+    @get("/activity", summary="Activity log")
+    async def activity(
+        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+        workspace_id: FromPath[WorkspaceId],
+        verb: FromQuery[Annotated[str | None, Parameter(max_length=100)]] = None,
+        card_id: FromQuery[Annotated[str | None, Parameter(max_length=60)]] = None,
+        outcome: FromQuery[Annotated[str | None, Parameter(max_length=100)]] = None,
+        limit: FromQuery[Annotated[int, Parameter(ge=1, le=500)]] = 50,
+        offset: FromQuery[Annotated[int, Parameter(ge=0)]] = 0,
+    ) -> dict[str, Any]:
+        """Every state change and every rejected or failed attempt, newest first:
+        ``{activity: [{id, at, actor, verb, card_id, outcome, detail}], total}``; filters
+        ``verb``, ``card_id``, ``outcome`` (prefix, e.g. ``rejected``)."""
+        return await archive.activity(principal, workspace_id, verb=verb, card_id=card_id,
+                                      outcome=outcome, limit=limit, offset=offset)
+
     @get("/status", summary="Card and projection counts")
     async def status(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "import": "Import a cards file (JSON Lines, optionally .gz) through the writer API.",
     "status": "Card counts per family and projection progress of a workspace.",
     "convert-bird": "Convert the BIRD / BIRD-CRITIC / sqlfluff datasets into a cards file.",
+    "activity": "List the workspace's activity log (state changes and rejected attempts).",
     "audit": "Compare the index with PostgreSQL point by point; --repair queues the fixes.",
     "index": "Rebuild a workspace's index from its cards into a new collection, then switch.",
     "propose": "Store a workflow session's proposals (additions and updates) from a JSON file.",
@@ -252,6 +253,10 @@ def run(args: argparse.Namespace) -> Any:
         return api.call("POST", f"{_mem(ws)}/{args.card_id}/retry")
     if cmd == "status":
         return api.call("GET", f"{_mem(ws)}/status")
+    if cmd == "activity":
+        params = {k: v for k, v in (("verb", args.verb), ("card_id", args.card),
+                                    ("outcome", args.outcome), ("limit", args.limit)) if v}
+        return api.call("GET", f"{_mem(ws)}/activity", params=params)
     if cmd == "audit":
         if args.repair:
             return api.call("POST", f"{_mem(ws)}/audit/repair")
@@ -376,6 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     pe = card_cmd("pending")
     pe.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     card_cmd("status")
+    ac = card_cmd("activity")
+    ac.add_argument("--verb", help="only this verb (create, update, delete, retry, import, ...)")
+    ac.add_argument("--card", help="only this card id")
+    ac.add_argument("--outcome", help="outcome prefix, e.g. rejected")
+    ac.add_argument("--limit", type=int, default=50, help="at most this many (1..500)")
     au = card_cmd("audit")
     au.add_argument("--repair", action="store_true", help="queue operations that fix what it finds")
     ix = card_cmd("index")

@@ -406,3 +406,22 @@ WHERE d.database_name = %(database)s AND d.schema_name = %(schema)s
        OR EXISTS (SELECT 1 FROM unnest(%(col_tables)s::text[], %(col_names)s::text[]) AS r(t, c)
                   WHERE d.table_name = r.t AND d.column_name = r.c))
 ORDER BY d.card_id;
+
+-- ==== activity (issue 8) ====
+
+-- name: activity_list
+SELECT a.id, a.at, a.actor, a.verb,
+       CASE WHEN a.card_id IS NULL THEN NULL ELSE 'mem-' || a.card_id::text END AS card_id,
+       a.outcome, a.detail
+FROM activity a
+WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
+  AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
+  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%')
+ORDER BY a.at DESC, a.id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: activity_count
+SELECT count(*) AS n FROM activity a
+WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
+  AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
+  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%');

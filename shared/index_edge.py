@@ -1,0 +1,418 @@
+"""The embedded search index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine in-process.
+
+Same contract as :class:`shared.index.QdrantClientEngine` (DESIGN §4, §11): one "collection" per
+workspace, a named dense vector ``dense`` (cosine) and a named sparse vector ``bm25``
+(``Modifier.Idf``), payload as given, the same filter semantics (:func:`_edge_filter` mirrors
+:func:`shared.index._qdrant_filter`), and the two branch rankings returned for fusion by the caller.
+
+Layout under ``<data dir>/edge``::
+
+    current.json                    workspace collection name -> physical shard name
+    <name>__<suffix>/shard/         an EdgeShard (segments, WAL, edge_config.json)
+    <name>__<suffix>/meta.json      dense model id, dimension, workspace
+
+Edge has no aliases: ``current.json`` plays that part and is replaced atomically
+(``os.replace``), so a rebuild switches shards in one step. Edge checks the vector configuration
+itself when a shard is loaded with the expected :class:`qdrant_edge.EdgeConfig`; a mismatch there,
+or a different dense model in ``meta.json``, raises :class:`IndexIncompatible`.
+
+An open shard holds a lock on its WAL: one process per data dir, as with local mode. Calls run in a
+worker thread and are serialised per engine by a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from .config import Settings
+from .embedding import SparseVector
+from .errors import IndexIncompatible, IndexUnavailable
+from .index import BM25, DENSE, Hit, IndexFilter, PointIn
+
+T = TypeVar("T")
+
+POINTER_FILE = "current.json"
+META_FILE = "meta.json"
+SHARD_DIR = "shard"
+SCROLL_PAGE = 1000
+# keyword payload indexes (the same fields the server path indexes)
+INDEXED_FIELDS = ("family", "scope", "concepts")
+NESTED_INDEXED_FIELDS = (("deps", "database"), ("deps", "table"))
+
+
+def _edge_filter(flt: IndexFilter) -> Any:
+    """The :class:`IndexFilter` as a Qdrant Edge filter (see :func:`shared.index._qdrant_filter`)."""
+    import qdrant_edge as qe
+
+    must: list[Any] = []
+    if flt.families:
+        must.append(qe.FieldCondition(key="family", match=qe.MatchAny(list(flt.families))))
+    if flt.scope is not None:
+        must.append(qe.FieldCondition(key="scope", match=qe.MatchValue(flt.scope)))
+    for concept in flt.concepts:
+        must.append(qe.FieldCondition(key="concepts", match=qe.MatchValue(concept)))
+    levels = [(name, value) for name, value in zip(("database", "schema", "table", "column"),
+                                                   flt.physical) if value is not None]
+    if levels:
+        entry = qe.Filter(must=[
+            qe.Filter(should=[
+                qe.FieldCondition(key=name, match=qe.MatchValue(value)),
+                qe.IsNullCondition(name),
+            ])
+            for name, value in levels
+        ])
+        must.append(qe.Filter(should=[
+            qe.IsEmptyCondition("deps"),
+            qe.NestedCondition("deps", entry),
+        ]))
+    must_not: list[Any] = []
+    if flt.exclude:
+        must_not.append(qe.HasIdCondition(set(flt.exclude)))
+    if not must and not must_not:
+        return None
+    return qe.Filter(must=must or None, must_not=must_not or None)
+
+
+class QdrantEdgeEngine:
+    """:class:`~shared.index.IndexEngine` on Qdrant Edge shards under ``<data dir>/edge``.
+
+    Shards are opened lazily and kept open until :meth:`close`.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.prefix = settings.collection_prefix
+        self.root = Path(settings.data_dir) / "edge"
+        self._lock = threading.RLock()
+        self._shards: dict[str, Any] = {}  # physical name -> open EdgeShard
+        self._checked: dict[str, tuple[str, int]] = {}  # physical name -> (model, dimension)
+
+    # -- naming and the pointer file -------------------------------------------------------
+
+    def collection(self, workspace: str) -> str:
+        """Name by which a workspace's collection is addressed: prefix + workspace id. It maps,
+        through ``current.json``, to a physical shard ``<name>__<suffix>``."""
+        return f"{self.prefix}{workspace}"
+
+    def _pointers(self) -> dict[str, str]:
+        path = self.root / POINTER_FILE
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+
+    def _write_pointers(self, pointers: dict[str, str]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{POINTER_FILE}.{uuid.uuid4().hex[:8]}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(pointers, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.root / POINTER_FILE)
+
+    def _resolve(self, name: str) -> str | None:
+        physical = self._pointers().get(name)
+        if physical is None or not (self.root / physical / SHARD_DIR).exists():
+            return None
+        return physical
+
+    def _target(self, workspace: str, collection: str | None) -> str | None:
+        """Physical shard written by upsert/delete/scroll: a named rebuild shard, or the current
+        one of the workspace."""
+        if collection is not None:
+            return collection if (self.root / collection / SHARD_DIR).exists() else None
+        return self._resolve(self.collection(workspace))
+
+    # -- shards --------------------------------------------------------------------------
+
+    @staticmethod
+    def _config(dimension: int) -> Any:
+        import qdrant_edge as qe
+
+        return qe.EdgeConfig(
+            vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
+            sparse_vectors={BM25: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
+
+    def _meta(self, physical: str) -> dict[str, Any]:
+        try:
+            return json.loads((self.root / physical / META_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+
+    def _shard(self, physical: str) -> Any:
+        """The open shard ``physical`` (loaded on first use)."""
+        shard = self._shards.get(physical)
+        if shard is None:
+            import qdrant_edge as qe
+
+            shard = qe.EdgeShard.load(str(self.root / physical / SHARD_DIR))
+            self._shards[physical] = shard
+        return shard
+
+    def _close_shard(self, physical: str) -> None:
+        shard = self._shards.pop(physical, None)
+        self._checked.pop(physical, None)
+        if shard is not None:
+            shard.close()
+
+    def _remove(self, physical: str) -> None:
+        self._close_shard(physical)
+        shutil.rmtree(self.root / physical, ignore_errors=True)
+
+    def _create_physical(self, name: str, workspace: str, dense_model: str, dimension: int) -> str:
+        import qdrant_edge as qe
+
+        physical = f"{name}__{uuid.uuid4().hex[:8]}"
+        folder = self.root / physical
+        folder.mkdir(parents=True)
+        (folder / META_FILE).write_text(json.dumps(
+            {"dense_model": dense_model, "dimension": dimension, "workspace": workspace}),
+            encoding="utf-8")
+        shard = qe.EdgeShard.create(str(folder / SHARD_DIR), self._config(dimension))
+        for key in INDEXED_FIELDS:
+            shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
+        for array, key in NESTED_INDEXED_FIELDS:
+            shard.update(qe.UpdateOperation.create_field_index(
+                f"{array}[].{key}", qe.PayloadSchemaType.Keyword))
+        shard.flush()
+        self._shards[physical] = shard
+        self._checked[physical] = (dense_model, dimension)
+        return physical
+
+    def _check_sync(self, name: str, dense_model: str, dimension: int) -> bool:
+        physical = self._resolve(name)
+        if physical is None:
+            return False
+        if self._checked.get(physical) == (dense_model, dimension):
+            return True
+        import qdrant_edge as qe
+
+        problems = []
+        meta = self._meta(physical)
+        if meta.get("dense_model") not in (None, dense_model):
+            problems.append(f"built with dense model {meta.get('dense_model')!r}, "
+                            f"configured {dense_model!r}")
+        # Edge validates the stored vectors against the expected configuration on load
+        self._close_shard(physical)
+        try:
+            shard = qe.EdgeShard.load(str(self.root / physical / SHARD_DIR), self._config(dimension))
+        except Exception as exc:
+            if "incompatible" not in str(exc).lower():
+                raise
+            problems.append(str(exc).removeprefix("Service runtime error: "))
+        else:
+            self._shards[physical] = shard
+        if problems:
+            raise IndexIncompatible(f"collection {name}: " + "; ".join(problems))
+        self._checked[physical] = (dense_model, dimension)
+        return True
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _call_sync(self, fn: Callable[[], T]) -> T:
+        try:
+            with self._lock:
+                return fn()
+        except (IndexUnavailable, IndexIncompatible):
+            raise
+        except Exception as exc:
+            raise IndexUnavailable(
+                f"embedded index (Qdrant Edge) failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        return await asyncio.to_thread(self._call_sync, fn)
+
+    # -- IndexEngine ---------------------------------------------------------------------
+
+    async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
+        """See :meth:`IndexEngine.check_collection`."""
+        name = self.collection(workspace)
+        return await self._call(lambda: self._check_sync(name, dense_model, dimension))
+
+    async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
+        """See :meth:`IndexEngine.ensure_collection`."""
+        name = self.collection(workspace)
+
+        def run() -> None:
+            if self._check_sync(name, dense_model, dimension):
+                return
+            physical = self._create_physical(name, workspace, dense_model, dimension)
+            pointers = self._pointers()
+            pointers[name] = physical
+            self._write_pointers(pointers)
+
+        await self._call(run)
+
+    async def create_rebuild_collection(self, workspace: str, dense_model: str, dimension: int) -> str:
+        """See :meth:`IndexEngine.create_rebuild_collection`."""
+        name = self.collection(workspace)
+        return await self._call(lambda: self._create_physical(name, workspace, dense_model,
+                                                              dimension))
+
+    async def switch_collection(self, workspace: str, collection: str) -> str | None:
+        """See :meth:`IndexEngine.switch_collection`: ``current.json`` is replaced atomically,
+        then the previous shard is closed and removed.
+
+        :raises IndexUnavailable: ``collection`` does not exist.
+        """
+        name = self.collection(workspace)
+
+        def run() -> str | None:
+            if not (self.root / collection / SHARD_DIR).exists():
+                raise IndexUnavailable(f"no shard {collection!r} to switch {name} to")
+            self._shard(collection).flush()
+            pointers = self._pointers()
+            old = pointers.get(name)
+            pointers[name] = collection
+            self._write_pointers(pointers)
+            if old is not None and old != collection:
+                self._remove(old)
+            return old
+
+        return await self._call(run)
+
+    async def drop_collection(self, collection: str) -> None:
+        """See :meth:`IndexEngine.drop_collection`. As with Qdrant, where dropping a collection
+        drops the aliases on it, a workspace whose current shard this is has none afterwards."""
+
+        def run() -> None:
+            pointers = self._pointers()
+            kept = {k: v for k, v in pointers.items() if v != collection}
+            if kept != pointers:
+                self._write_pointers(kept)
+            self._remove(collection)
+
+        await self._call(run)
+
+    async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
+        """See :meth:`IndexEngine.upsert`. Edge applies an update synchronously (and writes it to
+        its WAL) before returning.
+
+        :raises IndexUnavailable: the collection does not exist.
+        """
+        import qdrant_edge as qe
+
+        structs = [
+            qe.Point(p.id, {DENSE: list(p.dense),
+                            BM25: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
+                     p.payload)
+            for p in points
+        ]
+
+        def run() -> None:
+            physical = self._target(workspace, collection)
+            if physical is None:
+                raise IndexUnavailable(
+                    f"no collection {collection or self.collection(workspace)!r} to write to")
+            self._shard(physical).update(qe.UpdateOperation.upsert_points(structs))
+
+        await self._call(run)
+
+    async def delete(self, workspace: str, ids: list[uuid.UUID], collection: str | None = None) -> None:
+        """See :meth:`IndexEngine.delete`; a missing collection means nothing to delete."""
+        import qdrant_edge as qe
+
+        def run() -> None:
+            physical = self._target(workspace, collection)
+            if physical is not None and ids:
+                self._shard(physical).update(qe.UpdateOperation.delete_points(list(ids)))
+
+        await self._call(run)
+
+    async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
+                           flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
+        """See :meth:`IndexEngine.hybrid_query`: one planned batch of two filtered queries.
+
+        The BM25 branch computes IDF over an explicit corpus (every live point): by default Edge
+        takes it from segment statistics that still count deleted points until a vacuum, so the
+        scores would drift from qdrant-client's after a delete.
+
+        :raises IndexUnavailable: the collection does not exist.
+        """
+        import qdrant_edge as qe
+
+        name = self.collection(workspace)
+        qfilter = _edge_filter(flt)
+        payload = ["revision", "format"]
+        requests = [
+            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE),
+                            filter=qfilter, with_payload=payload),
+            qe.QueryRequest(limit=limit,
+                            query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices),
+                                                                   list(sparse.values)), using=BM25),
+                            filter=qfilter, with_payload=payload,
+                            params=qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter()))),
+        ]
+
+        def run() -> list[list[Any]]:
+            physical = self._resolve(name)
+            if physical is None:
+                raise IndexUnavailable(f"no collection {name!r}")
+            return self._shard(physical).query_batch(qe.QueryBatchRequest(requests))
+
+        responses = await self._call(run)
+
+        def hits(points: list[Any]) -> list[Hit]:
+            out = []
+            for p in points:
+                pl = p.payload or {}
+                out.append(Hit(uuid.UUID(str(p.id)), pl.get("revision"), pl.get("format"),
+                               float(p.score)))
+            return out
+
+        return hits(responses[0]), hits(responses[1])
+
+    async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
+        """See :meth:`IndexEngine.scroll_ids`."""
+        import qdrant_edge as qe
+
+        def run() -> dict[uuid.UUID, dict[str, Any]]:
+            out: dict[uuid.UUID, dict[str, Any]] = {}
+            physical = self._target(workspace, collection)
+            if physical is None:
+                return out
+            shard = self._shard(physical)
+            offset = None
+            while True:
+                records, offset = shard.scroll(qe.ScrollRequest(
+                    offset=offset, limit=SCROLL_PAGE, with_payload=True, with_vector=False))
+                for r in records:
+                    out[uuid.UUID(str(r.id))] = dict(r.payload or {})
+                if offset is None:
+                    return out
+
+        return await self._call(run)
+
+    async def drop(self, workspace: str) -> None:
+        """See :meth:`IndexEngine.drop`."""
+        name = self.collection(workspace)
+
+        def run() -> None:
+            pointers = self._pointers()
+            physical = pointers.pop(name, None)
+            if physical is not None:
+                self._write_pointers(pointers)
+                self._remove(physical)
+
+        await self._call(run)
+
+    async def close(self) -> None:
+        """Flush and close every open shard (releases their WAL locks)."""
+
+        def run() -> None:
+            for physical in list(self._shards):
+                shard = self._shards[physical]
+                try:
+                    shard.flush()
+                finally:
+                    self._close_shard(physical)
+
+        await self._call(run)

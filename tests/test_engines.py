@@ -1,0 +1,370 @@
+"""The two embedded index engines (DESIGN §4, §11): qdrant-client's local mode and Qdrant Edge
+answer the same behaviours, and the same cards and queries give the same branch rankings."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shared.config import load_settings
+from shared.errors import IndexIncompatible
+from shared.index import IndexFilter, PointIn, QdrantClientEngine
+from shared.index_edge import QdrantEdgeEngine
+from shared.models import Card
+from shared.projection import payload, projected_text
+from shared.worker import open_index
+from test_filters import CARDS as FILTER_CARDS  # the same scenarios, on both engines
+
+BASE = "/api/workspaces/acme/memory"
+ENGINES = pytest.mark.parametrize("engine", ["local", "edge"])
+
+
+def _rule(title: str, text: str, **kw) -> dict:
+    return {"family": "sql_rule", "title": title, "content": {"rule": text}, **kw}
+
+
+
+async def _seed(env, cards: dict) -> tuple[dict, dict]:
+    env.workspace("acme")
+    h = env.token("acme")
+    ids = {}
+    for key, body in cards.items():
+        r = await env.client.post(BASE, json=body, headers=h)
+        assert r.status_code == 201, r.text
+        ids[r.json()["card"]["id"]] = key
+    await env.drain()
+    return h, ids
+
+
+async def _search(env, h, query, **kw) -> dict:
+    r = await env.client.post(f"{BASE}/search", headers=h,
+                              json={"query": query, "mode": "rules", "top": 50, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _engine_name(env) -> str:
+    return "edge" if isinstance(env.resources.index, QdrantEdgeEngine) else "local"
+
+
+@ENGINES
+async def test_filters(make_env, engine):
+    async with make_env(engine=engine) as env:
+        assert _engine_name(env) == engine
+        h, ids = await _seed(env, FILTER_CARDS)
+        by_key = {v: k for k, v in ids.items()}
+
+        async def keys(filters=None, **kw):
+            body = await _search(env, h, "revenue recognition order ships", filters=filters or {},
+                                 **kw)
+            return {ids[x["card"]["id"]] for x in body["results"]}
+
+        unscoped = {"workspace_wide", "sales", "sales_lower", "sales_emea"}
+        db1 = {"two_entries", "db_only", "orders_table", "orders_name"}
+        got = await keys({"database": "db1", "schema": "s", "table": "orders", "column": "name"})
+        assert got == {"db_only", "orders_table", "orders_name"} | unscoped
+        assert await keys({"database": "db1", "schema": "s", "table": "orders"}) == db1 | unscoped
+        assert await keys({"database": "db1"}) == db1 | unscoped
+        assert await keys({"database": "db2"}) == {"other_db"} | unscoped
+        assert await keys({"scope": "Sales"}) == {"sales"}
+        assert await keys({"scope": "sales"}) == {"sales_lower"}
+        assert await keys({"concepts": ["revenue"]}) == {"sales", "sales_lower"}
+        assert await keys({"concepts": ["revenue", "finance"]}) == {"sales"}
+        assert await keys({"concepts": ["revenue", "missing"]}) == set()
+        assert await keys(exclude=[by_key["sales"], by_key["db_only"]]) == \
+            set(FILTER_CARDS) - {"sales", "db_only"}
+        bound = env.token("acme", "memory.read", database="db2", db_schema="s")
+        r = await env.client.post(f"{BASE}/search", headers=bound, json={
+            "query": "revenue recognition order ships", "mode": "rules", "top": 50})
+        assert {ids[x["card"]["id"]] for x in r.json()["results"]} == {"other_db"} | unscoped
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "revenue recognition", "mode": "solved"})
+        assert r.json()["results"] == []
+
+
+async def _ghost(env, card_json: dict, pid: uuid.UUID | None = None, **overrides) -> uuid.UUID:
+    """Write a point straight into the index (bypassing PostgreSQL), embedding real text."""
+    card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
+    dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
+    pid = pid or uuid.UUID(card.id[4:])
+    await env.resources.index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
+                                                      payload={**payload(card), **overrides})])
+    return pid
+
+
+@ENGINES
+async def test_ghost_and_stale_points_are_never_returned(make_env, engine):
+    async with make_env(engine=engine) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        live = []
+        for i in range(3):
+            r = await env.client.post(BASE, headers=h, json=_rule(
+                f"Fiscal week rule {i}", f"Fiscal weeks start on Monday; rule number {i}."))
+            live.append(r.json()["card"])
+        await env.drain()
+        ghost_id = uuid.uuid4()
+        await _ghost(env, dict(live[0], id=f"mem-{ghost_id}", title="Fiscal week ghost",
+                               content={"rule": "Fiscal week starts on Monday. Fiscal week."}))
+        await _ghost(env, dict(live[1], title="FORGED fiscal week",
+                               revision=live[1]["revision"] + 1))
+        body = await _search(env, h, "fiscal week starts on Monday")
+        ids = [x["card"]["id"] for x in body["results"]]
+        assert sorted(ids) == sorted([live[0]["id"], live[2]["id"]])
+        assert body["excluded"] == 2
+        assert all("FORGED" not in x["card"]["title"] for x in body["results"])
+
+
+@ENGINES
+async def test_delete_removes_the_point(make_env, engine):
+    async with make_env(engine=engine) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = [(await env.client.post(BASE, headers=h, json=_rule(
+            f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
+            for i in range(2)]
+        await env.drain()
+        ids = [uuid.UUID(c["id"][4:]) for c in cards]
+        assert set(await env.resources.index.scroll_ids("acme")) == set(ids)
+        r = await env.client.delete(f"{BASE}/{cards[0]['id']}", headers=h)
+        assert r.status_code == 200
+        await env.drain()
+        assert set(await env.resources.index.scroll_ids("acme")) == {ids[1]}
+        body = await _search(env, h, "when are invoices issued")
+        assert [x["card"]["id"] for x in body["results"]] == [cards[1]["id"]]
+        # a missing id and a missing collection are ignored
+        await env.resources.index.delete("acme", [uuid.uuid4()])
+        await env.resources.index.delete("nowhere", [ids[1]])
+
+
+@ENGINES
+# qdrant-client's local mode leaves its lock file to the garbage collector after close()
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_persisted_index_survives_close_and_reopen(make_env, engine):
+    async with make_env(engine=engine) as env:
+        h, ids = await _seed(env, {"a": _rule("Invoices", "Invoices are issued monthly."),
+                                   "b": _rule("Refunds", "Refunds are negative revenue rows.")})
+        before = await _search(env, h, "when are invoices issued")
+        index = env.resources.index
+        await index.close()
+        other = open_index(env.settings)  # a new engine over the same files
+        try:
+            points = await other.scroll_ids("acme")
+            assert {f"mem-{p}" for p in points} == set(ids)
+        finally:
+            await other.close()
+        # the app's engine reopens its files on the next call
+        after = await _search(env, h, "when are invoices issued")
+        assert [x["card"]["id"] for x in after["results"]] == \
+            [x["card"]["id"] for x in before["results"]]
+        assert after["excluded"] == 0
+
+
+@ENGINES
+async def test_model_or_dimension_mismatch_is_incompatible(make_env, engine):
+    async with make_env(engine=engine) as env:
+        index = env.resources.index
+        await index.ensure_collection("acme", "model-a", 384)
+        assert await index.check_collection("acme", "model-a", 384)
+        assert not await index.check_collection("other", "model-a", 384)
+        with pytest.raises(IndexIncompatible, match="model"):
+            await index.check_collection("acme", "model-b", 384)
+        with pytest.raises(IndexIncompatible):
+            await index.check_collection("acme", "model-a", 768)
+        with pytest.raises(IndexIncompatible):
+            await index.ensure_collection("acme", "model-a", 768)
+
+
+async def _make_incompatible(index, workspace: str) -> None:
+    """Replace the workspace collection by one without the BM25 vector (an old deployment)."""
+    await index.drop(workspace)
+    if isinstance(index, QdrantEdgeEngine):
+        import qdrant_edge as qe
+
+        physical = f"{index.collection(workspace)}__legacy"
+        folder = index.root / physical / "shard"
+        folder.mkdir(parents=True)
+        qe.EdgeShard.create(str(folder), qe.EdgeConfig(vectors={
+            "dense": qe.EdgeVectorParams(size=384, distance=qe.Distance.Cosine)})).close()
+        index._write_pointers({**index._pointers(), index.collection(workspace): physical})
+    else:
+        from qdrant_client import models as qm
+
+        await index._call(lambda c: c.create_collection(index.collection(workspace), vectors_config={
+            "dense": qm.VectorParams(size=384, distance=qm.Distance.COSINE)}))
+
+
+@ENGINES
+async def test_rebuild_recovers_an_incompatible_collection_then_switches(make_env, engine):
+    async with make_env(engine=engine) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = [(await env.client.post(BASE, headers=h, json=_rule(
+            f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
+            for i in range(3)]
+        await env.drain()
+        index = env.resources.index
+        await _ghost(env, dict(cards[0], id=f"mem-{uuid.uuid4()}"))  # an orphan
+        await _make_incompatible(index, "acme")
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "invoices"})
+        assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
+
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        assert r.status_code == 202
+        await env.drain()
+        row = (await env.client.get(f"{BASE}/index", headers=h)).json()
+        assert row["status"] == "done", row
+        assert row["summary"]["written"] == 3
+        res = await _search(env, h, "when are invoices issued")
+        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
+        assert set(await index.scroll_ids("acme")) == {uuid.UUID(c["id"][4:]) for c in cards}
+        # a second rebuild replaces the current collection atomically and drops the old one
+        first = row["collection"]
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        await env.drain()
+        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
+        assert row["status"] == "done"
+        assert row["summary"]["replaced"] == first != row["collection"]
+        assert row["collection"].startswith(index.collection("acme") + "__")
+        assert await index.scroll_ids("acme", first) == {}
+        assert len((await _search(env, h, "when are invoices issued"))["results"]) == 3
+        if engine == "edge":
+            assert not (index.root / first).exists()
+            assert index._pointers()[index.collection("acme")] == row["collection"]
+
+
+@ENGINES
+async def test_audit_finds_and_repairs(make_env, engine):
+    async with make_env(engine=engine) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = [(await env.client.post(BASE, headers=h, json=_rule(
+            f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
+            for i in range(3)]
+        await env.drain()
+        index = env.resources.index
+        ids = [uuid.UUID(c["id"][4:]) for c in cards]
+        await index.delete("acme", [ids[0]])                              # missing
+        await _ghost(env, cards[1], revision=7)                           # stale
+        orphan = await _ghost(env, cards[2], pid=uuid.uuid4())            # orphan
+        misplaced = await _ghost(env, cards[2], pid=uuid.uuid4(), workspace="other")
+        report = (await env.client.get(f"{BASE}/audit", headers=h)).json()
+        assert report["missing"] == [cards[0]["id"]] and report["stale"] == [cards[1]["id"]]
+        assert report["orphan"] == [f"mem-{orphan}"] and report["misplaced"] == [f"mem-{misplaced}"]
+        r = await env.client.post(f"{BASE}/audit/repair", headers=h)
+        assert r.status_code == 202
+        await env.drain()
+        report = (await env.client.get(f"{BASE}/audit", headers=h)).json()
+        assert report["missing"] == report["stale"] == report["orphan"] == report["misplaced"] == []
+        assert report["current"] == 3 and report["points"] == 3
+
+
+CONGRUENCE_CARDS = [
+    ("sql_rule", None, [], [], "Invoices are issued on the first day of the month."),
+    ("sql_rule", "Sales", ["revenue"], [], "Revenue is booked when the order ships."),
+    ("sql_rule", "Sales", ["revenue", "finance"], [], "Refunds are negative revenue rows."),
+    ("sql_rule", None, [], [{"database": "db1", "schema": "s", "table": "orders", "column": None}],
+     "Orders table: one row per order line, status shipped or open."),
+    ("sql_rule", None, [], [{"database": "db1", "schema": None, "table": None, "column": None}],
+     "In db1 amounts are stored in cents."),
+    ("sql_rule", None, [], [{"database": "db2", "schema": "s", "table": None, "column": None}],
+     "In db2 amounts are stored in euros."),
+    ("domain_clarification", None, ["finance"], [], "Fiscal weeks start on Monday."),
+    ("domain_clarification", "Logistics", [], [], "Shipping cost is charged per parcel."),
+    ("sql_rule", None, [], [], "Customers are identified by their email address."),
+    ("sql_rule", None, [], [], "Revenue recognition follows the shipping date of the order."),
+    ("sql_rule", None, [], [], "Orders are cancelled after 30 days without payment."),
+    ("sql_rule", None, [], [], "Revenue revenue revenue: the monthly revenue report."),
+]
+CONGRUENCE_QUERIES = [
+    ("when is revenue booked", IndexFilter()),
+    ("amounts stored in cents", IndexFilter(physical=("db1", "s", "orders", None))),
+    ("revenue", IndexFilter(families=("sql_rule",), concepts=("revenue",))),
+    ("shipping order payment", IndexFilter(scope="Sales")),
+    ("orders", IndexFilter(physical=("db2", None, None, None))),
+    ("fiscal week monday", IndexFilter(families=("domain_clarification", "sql_rule"))),
+    ("unrelated words zebra", IndexFilter()),
+]
+
+
+def _assert_same_ranking(a, b, limit: int, label: str) -> None:
+    """Same ids in the same order; two ids may swap only where they tie (scores within 1e-6)."""
+    assert len(a) == len(b), (label, a, b)
+    score_a = {h.id: h.score for h in a}
+    score_b = {h.id: h.score for h in b}
+    if len(a) < limit:  # everything that matched was returned
+        assert set(score_a) == set(score_b), label
+    for i, (ha, hb) in enumerate(zip(a, b)):
+        assert abs(ha.score - hb.score) <= 1e-4, (label, i, ha.score, hb.score)
+        assert (ha.revision, ha.format) == (hb.revision, hb.format), label
+        if ha.id != hb.id:
+            assert abs(ha.score - hb.score) <= 1e-6, (label, i, ha, hb)
+            if hb.id in score_a:
+                assert abs(score_a[hb.id] - ha.score) <= 1e-6, (label, i)
+
+
+async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
+    texts = [c[4] for c in CONGRUENCE_CARDS]
+    dense, sparse = await embedder.embed_documents(texts, "en")
+    points = [
+        PointIn(id=uuid.UUID(int=i + 1), dense=d, sparse=s, payload={
+            "workspace": "acme", "family": fam, "scope": scope, "concepts": concepts,
+            "deps": deps, "revision": 1, "format": 1})
+        for i, ((fam, scope, concepts, deps, _), d, s) in enumerate(zip(CONGRUENCE_CARDS, dense, sparse))
+    ]
+    engines = {
+        "local": QdrantClientEngine(load_settings({}, data_dir=str(tmp_path / "local"))),
+        "edge": QdrantEdgeEngine(load_settings({}, data_dir=str(tmp_path / "edge"))),
+    }
+    dim = embedder.dense_dimension()
+    try:
+        for engine in engines.values():
+            await engine.ensure_collection("acme", embedder.dense_model_id, dim)
+            await engine.upsert("acme", points)
+            await engine.delete("acme", [uuid.UUID(int=len(points))])  # the last one goes
+        for query, flt in CONGRUENCE_QUERIES:
+            qd, qs = await embedder.embed_query(query, "en")
+            for exclude in ((), (uuid.UUID(int=2),)):
+                f = IndexFilter(families=flt.families, scope=flt.scope, concepts=flt.concepts,
+                                physical=flt.physical, exclude=exclude)
+                for limit in (50, 3):
+                    got = {name: await e.hybrid_query("acme", qd, qs, f, limit)
+                           for name, e in engines.items()}
+                    for branch, label in ((0, "dense"), (1, "bm25")):
+                        _assert_same_ranking(got["local"][branch], got["edge"][branch], limit,
+                                             f"{label} {query!r} {f} limit={limit}")
+    finally:
+        for engine in engines.values():
+            await engine.close()
+
+
+async def test_edge_outage_keeps_work_pending_then_converges(make_env):
+    """Edge's counterpart of test_faults' outage: another holder of the shard's WAL lock (as a
+    second process on the same data dir would be) makes every call IndexUnavailable."""
+    async with make_env(engine="edge") as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, headers=h, json=_rule(
+            "Bookings", "Bookings are counted by order date."))).json()["card"]
+        await env.drain()
+        await env.resources.index.close()
+        holder = QdrantEdgeEngine(env.settings)
+        try:
+            assert uuid.UUID(card["id"][4:]) in await holder.scroll_ids("acme")  # holds the lock
+            r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json=_rule(
+                "Bookings", "Bookings are counted by ship_date from 2027 on.", revision=1))
+            assert r.status_code == 200 and r.json()["index_status"] == "pending"
+            await env.drain()
+            ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+            assert len(ops) == 1 and ops[0]["status"] == "pending" and "WAL" in ops[0]["last_error"]
+            r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "bookings"})
+            assert r.status_code == 503 and r.json()["code"] == "index_unavailable"
+        finally:
+            await holder.close()
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "bookings counted by ship date", "mode": "rules"})
+        assert r.json()["results"][0]["card"]["revision"] == 2
