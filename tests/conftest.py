@@ -194,3 +194,25 @@ def make_env(fresh_db: str, redis_url: str, embedder: Embedder,
             await resources.close()
 
     return factory
+
+
+async def make_incompatible_collection(index, workspace: str, dimension: int = 384) -> None:
+    """Replace the workspace collection by one without the BM25 vector (an old deployment), on
+    either embedded engine."""
+    from shared.index_edge import QdrantEdgeEngine
+
+    await index.drop(workspace)
+    if isinstance(index, QdrantEdgeEngine):
+        import qdrant_edge as qe
+
+        physical = f"{index.collection(workspace)}__legacy"
+        folder = index.root / physical / "shard"
+        folder.mkdir(parents=True)
+        qe.EdgeShard.create(str(folder), qe.EdgeConfig(vectors={
+            "dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})).close()
+        index._write_pointers({**index._pointers(), index.collection(workspace): physical})
+    else:
+        from qdrant_client import models as qm
+
+        await index._call(lambda c: c.create_collection(index.collection(workspace), vectors_config={
+            "dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)}))

@@ -15,6 +15,7 @@ from shared.index_edge import QdrantEdgeEngine
 from shared.models import Card
 from shared.projection import payload, projected_text
 from shared.worker import open_index
+from conftest import make_incompatible_collection
 from test_filters import CARDS as FILTER_CARDS  # the same scenarios, on both engines
 
 BASE = "/api/workspaces/acme/memory"
@@ -177,25 +178,6 @@ async def test_model_or_dimension_mismatch_is_incompatible(make_env, engine):
             await index.ensure_collection("acme", "model-a", 768)
 
 
-async def _make_incompatible(index, workspace: str) -> None:
-    """Replace the workspace collection by one without the BM25 vector (an old deployment)."""
-    await index.drop(workspace)
-    if isinstance(index, QdrantEdgeEngine):
-        import qdrant_edge as qe
-
-        physical = f"{index.collection(workspace)}__legacy"
-        folder = index.root / physical / "shard"
-        folder.mkdir(parents=True)
-        qe.EdgeShard.create(str(folder), qe.EdgeConfig(vectors={
-            "dense": qe.EdgeVectorParams(size=384, distance=qe.Distance.Cosine)})).close()
-        index._write_pointers({**index._pointers(), index.collection(workspace): physical})
-    else:
-        from qdrant_client import models as qm
-
-        await index._call(lambda c: c.create_collection(index.collection(workspace), vectors_config={
-            "dense": qm.VectorParams(size=384, distance=qm.Distance.COSINE)}))
-
-
 @ENGINES
 async def test_rebuild_recovers_an_incompatible_collection_then_switches(make_env, engine):
     async with make_env(engine=engine) as env:
@@ -207,7 +189,7 @@ async def test_rebuild_recovers_an_incompatible_collection_then_switches(make_en
         await env.drain()
         index = env.resources.index
         await _ghost(env, dict(cards[0], id=f"mem-{uuid.uuid4()}"))  # an orphan
-        await _make_incompatible(index, "acme")
+        await make_incompatible_collection(index, "acme")
         r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "invoices"})
         assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
 

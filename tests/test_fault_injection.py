@@ -239,7 +239,8 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
         env.workspace("bird")
         h = env.token("bird")
         s = env.settings
-        env_vars = {**os.environ, "MEMARC_DATABASE_URL": s.database_url,
+        env_vars = {**os.environ, "MEMARC_INDEX_ENGINE": s.index_engine,
+                    "MEMARC_DATABASE_URL": s.database_url,
                     "MEMARC_REDIS_URL": s.redis_url, "MEMARC_DATA_DIR": str(tmp_path / "up"),
                     "MEMARC_LEASE_SECONDS": "3", "MEMARC_SWEEP_SECONDS": "1",
                     "MEMARC_DENSE_MODEL_PATH": s.dense_model_path or "",
@@ -305,9 +306,9 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
         # the points match PostgreSQL (read the embedded index now that `memarc up` is gone)
-        from shared.index import QdrantClientEngine
+        from shared.worker import open_index
 
-        engine = QdrantClientEngine(msgspec.structs.replace(s, data_dir=str(tmp_path / "up")))
+        engine = open_index(msgspec.structs.replace(s, data_dir=str(tmp_path / "up")))
         try:
             report = await audit(env.resources.db, engine, "bird")
         finally:

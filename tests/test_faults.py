@@ -5,6 +5,8 @@ from __future__ import annotations
 import msgspec
 import psycopg
 
+from conftest import make_incompatible_collection
+
 from shared.db import Database
 from shared.index import QdrantClientEngine
 from shared.queue import ProjectionQueue
@@ -75,17 +77,14 @@ async def test_incompatible_collection_keeps_work_pending_and_recall_503(make_en
         env.workspace("acme")
         h = env.token("acme")
         # a collection built for another model: wrong dimension, no BM25 vector
-        from qdrant_client import models as qm
-
-        name = env.resources.index.collection("acme")
-        await env.resources.index._call(lambda c: c.create_collection(
-            name, vectors_config={"dense": qm.VectorParams(size=8, distance=qm.Distance.COSINE)}))
+        await make_incompatible_collection(env.resources.index, "acme", dimension=8)
         r = await env.client.post(BASE, json=CARD, headers=h)
         assert r.status_code == 201
         await env.drain()
         ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
-        assert len(ops) == 1 and "dimension 8" in ops[0]["last_error"]
-        assert "BM25" in ops[0]["last_error"]
+        assert len(ops) == 1 and ops[0]["status"] == "pending" and ops[0]["last_error"]
+        if isinstance(env.resources.index, QdrantClientEngine):  # qdrant-client's own wording
+            assert "dimension 8" in ops[0]["last_error"] and "BM25" in ops[0]["last_error"]
         r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "bookings"})
         assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
 
@@ -157,7 +156,8 @@ class FaultyClient:
 
 
 async def test_embedded_index_outage_during_save_and_job_then_converges(make_env):
-    async with make_env() as env:
+    # wraps qdrant-client's local mode; the Edge outage is tested in test_engines.py
+    async with make_env(engine="local") as env:
         env.workspace("acme")
         h = env.token("acme")
         index = env.resources.index

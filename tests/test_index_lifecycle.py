@@ -9,6 +9,7 @@ import msgspec
 import psycopg
 import pytest
 
+from conftest import make_incompatible_collection
 from shared import repository
 from shared.db import Q
 from shared.index import PointIn, QdrantClientEngine
@@ -154,11 +155,7 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
         await index.upsert("acme", [PointIn(id=uuid.UUID(ghost["id"][4:]), dense=dense[0],
                                             sparse=sparse[0], payload=payload(gcard))])
         # replace the collection by one without the BM25 vector (as an old deployment had it)
-        from qdrant_client import models as qm
-
-        await index.drop("acme")
-        await index._call(lambda c: c.create_collection(index.collection("acme"), vectors_config={
-            "dense": qm.VectorParams(size=384, distance=qm.Distance.COSINE)}))
+        await make_incompatible_collection(index, "acme")
         r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "invoices"})
         assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
 

@@ -262,7 +262,10 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             "writer": f"http://{host}:{port}",
             "openapi": f"http://{host}:{port}/schema",
             "explorer": f"http://{host}:{explorer_port}/-/memory",
-            "index": settings.qdrant_url or f"embedded: {settings.resolved_qdrant_path()}",
+            "index": settings.qdrant_url or (
+                f"embedded Qdrant Edge: {Path(settings.data_dir) / 'edge'}"
+                if settings.index_engine == "edge"
+                else f"embedded qdrant-client local mode: {settings.resolved_qdrant_path()}"),
             "database_url": settings.database_url,
         }
         token = None
