@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from . import models, repository
+from . import repository
 from .db import Q, Database
 from .errors import NotFound
 from .models import Card, IncomingLink, card_id_str, parse_card_id

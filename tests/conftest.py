@@ -216,3 +216,34 @@ async def make_incompatible_collection(index, workspace: str, dimension: int = 3
 
         await index._call(lambda c: c.create_collection(index.collection(workspace), vectors_config={
             "dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)}))
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def start_server(app: Any) -> tuple[Any, Any, str]:
+    """Serve an ASGI app with uvicorn on a free loopback port in this event loop; returns
+    ``(server, task, base_url)`` for :func:`stop_server`."""
+    import asyncio
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    return server, task, f"http://127.0.0.1:{port}"
+
+
+async def stop_server(server: Any, task: Any) -> None:
+    """Stop a server started by :func:`start_server`."""
+    server.should_exit = True
+    await task

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 from pathlib import Path
 
-import pytest
-import uvicorn
 
+from conftest import free_port, start_server, stop_server
 from writer.app import create_app
 from writer.cli import COMMANDS, build_parser, main
 
@@ -28,23 +26,13 @@ def test_every_command_has_help_and_a_readme_entry():
         assert re.search(rf"`memarc {re.escape(name)}\b", readme), f"README lacks `memarc {name}`"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 async def test_card_commands_against_a_live_writer(make_env, tmp_path, monkeypatch, capsys):
     async with make_env() as env:
         env.workspace("acme")
         token = env.token("acme", "memory.manage")["Authorization"].split()[1]
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(env.settings, env.resources),
-                                               host="127.0.0.1", port=port, log_level="warning"))
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.02)
-        monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{port}")
+        server, task, url = await start_server(create_app(env.settings, env.resources))
+        monkeypatch.setenv("MEMARC_URL", url)
         monkeypatch.setenv("MEMARC_TOKEN", token)
 
         async def cli(*argv: str) -> tuple[int, dict | None, str]:
@@ -83,9 +71,8 @@ async def test_card_commands_against_a_live_writer(make_env, tmp_path, monkeypat
             code, _, err = await cli("show", "--workspace", "acme", cid)
             assert code == 2 and json.loads(err)["code"] == "not_found"
         finally:
-            server.should_exit = True
-            await task
+            await stop_server(server, task)
 
-        monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{_free_port()}")
+        monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{free_port()}")
         code, _, err = await cli("list", "--workspace", "acme")
         assert code == 4 and json.loads(err)["code"] == "writer_unreachable"

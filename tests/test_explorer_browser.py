@@ -8,24 +8,18 @@ binary exists.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
-import uvicorn
+
+from conftest import start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("MEMARC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 BASE = "/api/workspaces/acme/memory"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -60,13 +54,7 @@ async def test_filter_list_open_card_in_headless_chromium(make_env, chromium):
         ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {
             "database_url": env.settings.database_url, "workspaces": {"alice": ["acme"]}}}})
         ds.memarc_resources = env.resources
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(ds.app(), host="127.0.0.1", port=port,
-                                               log_level="warning", lifespan="off"))
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.02)
-        base = f"http://127.0.0.1:{port}"
+        server, task, base = await start_server(ds.app())
         out = ROOT / "test-output"
         out.mkdir(exist_ok=True)
         try:
@@ -99,7 +87,6 @@ async def test_filter_list_open_card_in_headless_chromium(make_env, chromium):
                 await page.screenshot(path=str(out / "explorer-card.png"), full_page=True)
                 await browser.close()
         finally:
-            server.should_exit = True
-            await task
+            await stop_server(server, task)
         for name in ("explorer-list-filtered.png", "explorer-card.png"):
             assert (out / name).stat().st_size > 10_000

@@ -18,7 +18,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import msgspec
 import psycopg
 import pytest
 
+from conftest import free_port
 from shared.audit import audit
 from shared.db import Database
 from shared.service import Archive
@@ -220,17 +220,12 @@ async def test_concurrent_writers_for_30_seconds(make_env):
             assert r.current == r.cards == r.points
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _up(env_vars: dict[str, str], port: int, log: Path) -> subprocess.Popen:
     with log.open("ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             [sys.executable, "-m", "writer.cli", "up", "--port", str(port), "--explorer-port",
-             str(_free_port())], cwd=ROOT, env=env_vars, stdout=out, stderr=subprocess.STDOUT,
+             str(free_port())], cwd=ROOT, env=env_vars, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
 
 
@@ -257,7 +252,7 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
         assert r.status_code == 201
         await env.resources.index.close()  # the embedded index belongs to `memarc up` now
 
-        port = _free_port()
+        port = free_port()
         log = tmp_path / "up.log"
         proc = _up(env_vars, port, log)
         try:

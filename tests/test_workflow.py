@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import uuid
 
 import psycopg
 import pytest
-import uvicorn
 
+from conftest import start_server, stop_server
 from writer.app import create_app
 from writer.cli import main
 
@@ -483,23 +482,13 @@ async def test_workflow_tables_are_isolated_by_workspace(make_env):
             conn.rollback()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 async def test_cli_workflow_commands_against_a_live_writer(make_env, tmp_path, monkeypatch, capsys):
     async with make_env() as env:
         env.workspace("acme")
         review = env.token("acme", "memory.review", "memory.schema")["Authorization"].split()[1]
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(env.settings, env.resources),
-                                               host="127.0.0.1", port=port, log_level="warning"))
-        task = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.02)
-        monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{port}")
+        server, task, url = await start_server(create_app(env.settings, env.resources))
+        monkeypatch.setenv("MEMARC_URL", url)
         monkeypatch.setenv("MEMARC_TOKEN", review)
 
         async def cli(*argv: str):
@@ -542,5 +531,4 @@ async def test_cli_workflow_commands_against_a_live_writer(make_env, tmp_path, m
             q1 = next(i["card_id"] for i in first["items"] if i["key"] == "q1")
             assert code == 0 and out["status"] == "done" and out["deleted"] == [q1]
         finally:
-            server.should_exit = True
-            await task
+            await stop_server(server, task)

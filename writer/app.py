@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-import msgspec
 import psycopg
 from litestar import Controller, Litestar, Request, Response, delete, get, post, put
 from litestar.datastructures import State

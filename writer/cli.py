@@ -75,8 +75,6 @@ class ApiClient:
     """Minimal client of the writer API for the card commands."""
 
     def __init__(self, url: str | None = None, token: str | None = None) -> None:
-        import httpx
-
         self.url = (url or os.environ.get("MEMARC_URL") or "http://127.0.0.1:8000").rstrip("/")
         token = token or os.environ.get("MEMARC_TOKEN")
         if not token:
