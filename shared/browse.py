@@ -20,7 +20,7 @@ from .repository import ListQuery
 async def workspaces(db: Database) -> list[dict[str, Any]]:
     """Every workspace ``{id, language, created_at}`` (filter by permission afterwards)."""
     async with db.transaction(None, role="reader", read_only=True) as conn:
-        cur = await conn.execute("SELECT id, language, created_at FROM workspace_list()")
+        cur = await conn.execute(Q.workspace_list)
         return await cur.fetchall()
 
 

@@ -332,6 +332,17 @@ def _card_links(card: Card) -> list[ProposalLink]:
     return [ProposalLink(target=link.target, meaning=link.meaning) for link in card.links]
 
 
+_OVERLAID = ("title", "scope", "concepts", "dependencies", "links")
+
+
+def _overlay(fields: dict[str, Any], patch: Proposal | ReviewEdits) -> None:
+    """Every field ``patch`` gives (not None) replaces the current one."""
+    for name in _OVERLAID:
+        value = getattr(patch, name)
+        if value is not None:
+            fields[name] = list(value) if isinstance(value, list) else value
+
+
 def _build(p: Proposal, card: Card | None, edits: ReviewEdits | None, where: str) -> CardWrite:
     """The validated card body a proposal (plus a reviewer's edits) would write.
 
@@ -343,24 +354,19 @@ def _build(p: Proposal, card: Card | None, edits: ReviewEdits | None, where: str
     if p.kind == "update":
         assert card is not None
         family: str = card.family
-        title, content, scope = card.title, dict(card.content), card.scope
-        concepts, deps, links = list(card.concepts), list(card.dependencies), _card_links(card)
-        if p.title is not None:
-            title = p.title
-        if p.content is not None:
+        fields: dict[str, Any] = {"title": card.title, "scope": card.scope,
+                                  "concepts": list(card.concepts),
+                                  "dependencies": list(card.dependencies),
+                                  "links": _card_links(card)}
+        content = dict(card.content)
+        _overlay(fields, p)
+        if p.content is not None:  # a proposal's content replaces the card's as a whole
             content = dict(p.content)
-        if p.scope is not None:
-            scope = p.scope
-        if p.concepts is not None:
-            concepts = list(p.concepts)
-        if p.dependencies is not None:
-            deps = list(p.dependencies)
-        if p.links is not None:
-            links = list(p.links)
     else:
         family = p.family  # type: ignore[assignment]
-        title, content, scope = p.title or "", dict(p.content or {}), p.scope
-        concepts, deps, links = list(p.concepts or []), list(p.dependencies or []), list(p.links or [])
+        fields = {"title": p.title or "", "scope": p.scope, "concepts": list(p.concepts or []),
+                  "dependencies": list(p.dependencies or []), "links": list(p.links or [])}
+        content = dict(p.content or {})
     if edits is not None:
         if edits.content is not None:
             if family == "solved_question" and "sql" in edits.content and \
@@ -369,22 +375,14 @@ def _build(p: Proposal, card: Card | None, edits: ReviewEdits | None, where: str
                     f"{where} (key {p.key!r}): the session's approved SQL is read-only in review "
                     "(changing it means going back to SQL review); its question and context "
                     "can be edited", field=f"{where}.edits.content.sql", item=p.key)
-            content.update(edits.content)
-        if edits.title is not None:
-            title = edits.title
-        if edits.scope is not None:
-            scope = edits.scope
-        if edits.concepts is not None:
-            concepts = list(edits.concepts)
-        if edits.dependencies is not None:
-            deps = list(edits.dependencies)
-        if edits.links is not None:
-            links = list(edits.links)
+            content.update(edits.content)  # a reviewer's content edits merge field by field
+        _overlay(fields, edits)
     _check_reusable(family, content, where, p.key)
-    body = CardWrite(family=family, title=title, content=content, scope=scope,  # type: ignore[arg-type]
-                     concepts=concepts, dependencies=deps,
+    body = CardWrite(family=family, title=fields["title"], content=content,  # type: ignore[arg-type]
+                     scope=fields["scope"], concepts=fields["concepts"],
+                     dependencies=fields["dependencies"],
                      links=[LinkIn(target=link.target.strip(), meaning=link.meaning.strip())
-                            for link in links])
+                            for link in fields["links"]])
     try:
         validate_card_write(body)
     except InvalidInput as exc:

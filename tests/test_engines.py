@@ -178,14 +178,19 @@ async def test_model_or_dimension_mismatch_is_incompatible(make_env, engine):
             await index.ensure_collection("acme", "model-a", 768)
 
 
+async def _invoice_cards(env, h, n: int) -> list[dict]:
+    """``n`` rule cards about invoices, created through the API."""
+    return [(await env.client.post(BASE, headers=h, json=_rule(
+        f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
+        for i in range(n)]
+
+
 @ENGINES
 async def test_rebuild_recovers_an_incompatible_collection_then_switches(make_env, engine):
     async with make_env(engine=engine) as env:
         env.workspace("acme")
         h = env.token("acme")
-        cards = [(await env.client.post(BASE, headers=h, json=_rule(
-            f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
-            for i in range(3)]
+        cards = await _invoice_cards(env, h, 3)
         await env.drain()
         index = env.resources.index
         await _ghost(env, dict(cards[0], id=f"mem-{uuid.uuid4()}"))  # an orphan
@@ -222,9 +227,7 @@ async def test_audit_finds_and_repairs(make_env, engine):
     async with make_env(engine=engine) as env:
         env.workspace("acme")
         h = env.token("acme")
-        cards = [(await env.client.post(BASE, headers=h, json=_rule(
-            f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
-            for i in range(3)]
+        cards = await _invoice_cards(env, h, 3)
         await env.drain()
         index = env.resources.index
         ids = [uuid.UUID(c["id"][4:]) for c in cards]

@@ -425,3 +425,6 @@ SELECT count(*) AS n FROM activity a
 WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
   AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
   AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%');
+
+-- name: workspace_list
+SELECT id, language, created_at FROM workspace_list();
