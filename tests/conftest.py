@@ -169,15 +169,31 @@ class Env:
             await worker.close()
 
 
+ENGINES = ("edge", "local")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``both_engines`` run once per embedded index engine (issue 7)."""
+    if metafunc.definition.get_closest_marker("both_engines") and "index_engine" in metafunc.fixturenames:
+        metafunc.parametrize("index_engine", ENGINES, indirect=True)
+
+
 @pytest.fixture
-def make_env(fresh_db: str, redis_url: str, embedder: Embedder,
+def index_engine(request: pytest.FixtureRequest) -> str | None:
+    """The embedded engine of ``make_env``: the ``both_engines`` parameter, else
+    ``MEMARC_TEST_INDEX_ENGINE``, else the settings' default (``None``)."""
+    return getattr(request, "param", None) or os.environ.get("MEMARC_TEST_INDEX_ENGINE") or None
+
+
+@pytest.fixture
+def make_env(fresh_db: str, redis_url: str, embedder: Embedder, index_engine: str | None,
              tmp_path: Path) -> Callable[..., Any]:
     """Factory: ``async with make_env() as env`` builds the archive over the test's services."""
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def factory(engine: str | None = None, **overrides: Any) -> AsyncIterator[Env]:
-        engine = engine or os.environ.get("MEMARC_TEST_INDEX_ENGINE")
+        engine = engine or index_engine
         if engine:
             overrides.setdefault("index_engine", engine)
         values: dict[str, Any] = {"database_url": fresh_db, "migrator_database_url": fresh_db,

@@ -15,11 +15,9 @@ from shared.index_edge import QdrantEdgeEngine
 from shared.models import Card
 from shared.projection import payload, projected_text
 from shared.worker import open_index
-from conftest import make_incompatible_collection
 from test_filters import CARDS as FILTER_CARDS  # the same scenarios, on both engines
 
 BASE = "/api/workspaces/acme/memory"
-ENGINES = pytest.mark.parametrize("engine", ["local", "edge"])
 
 
 def _rule(title: str, text: str, **kw) -> dict:
@@ -50,10 +48,10 @@ def _engine_name(env) -> str:
     return "edge" if isinstance(env.resources.index, QdrantEdgeEngine) else "local"
 
 
-@ENGINES
-async def test_filters(make_env, engine):
-    async with make_env(engine=engine) as env:
-        assert _engine_name(env) == engine
+@pytest.mark.both_engines
+async def test_filters(make_env, index_engine):
+    async with make_env() as env:
+        assert _engine_name(env) == index_engine
         h, ids = await _seed(env, FILTER_CARDS)
         by_key = {v: k for k, v in ids.items()}
 
@@ -95,9 +93,9 @@ async def _ghost(env, card_json: dict, pid: uuid.UUID | None = None, **overrides
     return pid
 
 
-@ENGINES
-async def test_ghost_and_stale_points_are_never_returned(make_env, engine):
-    async with make_env(engine=engine) as env:
+@pytest.mark.both_engines
+async def test_ghost_and_stale_points_are_never_returned(make_env, index_engine):
+    async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
         live = []
@@ -118,9 +116,9 @@ async def test_ghost_and_stale_points_are_never_returned(make_env, engine):
         assert all("FORGED" not in x["card"]["title"] for x in body["results"])
 
 
-@ENGINES
-async def test_delete_removes_the_point(make_env, engine):
-    async with make_env(engine=engine) as env:
+@pytest.mark.both_engines
+async def test_delete_removes_the_point(make_env, index_engine):
+    async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
         cards = [(await env.client.post(BASE, headers=h, json=_rule(
@@ -140,11 +138,11 @@ async def test_delete_removes_the_point(make_env, engine):
         await env.resources.index.delete("nowhere", [ids[1]])
 
 
-@ENGINES
+@pytest.mark.both_engines
 # qdrant-client's local mode leaves its lock file to the garbage collector after close()
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-async def test_a_persisted_index_survives_close_and_reopen(make_env, engine):
-    async with make_env(engine=engine) as env:
+async def test_a_persisted_index_survives_close_and_reopen(make_env, index_engine):
+    async with make_env() as env:
         h, ids = await _seed(env, {"a": _rule("Invoices", "Invoices are issued monthly."),
                                    "b": _rule("Refunds", "Refunds are negative revenue rows.")})
         before = await _search(env, h, "when are invoices issued")
@@ -163,9 +161,9 @@ async def test_a_persisted_index_survives_close_and_reopen(make_env, engine):
         assert after["excluded"] == 0
 
 
-@ENGINES
-async def test_model_or_dimension_mismatch_is_incompatible(make_env, engine):
-    async with make_env(engine=engine) as env:
+@pytest.mark.both_engines
+async def test_model_or_dimension_mismatch_is_incompatible(make_env, index_engine):
+    async with make_env() as env:
         index = env.resources.index
         await index.ensure_collection("acme", "model-a", 384)
         assert await index.check_collection("acme", "model-a", 384)
@@ -176,74 +174,6 @@ async def test_model_or_dimension_mismatch_is_incompatible(make_env, engine):
             await index.check_collection("acme", "model-a", 768)
         with pytest.raises(IndexIncompatible):
             await index.ensure_collection("acme", "model-a", 768)
-
-
-async def _invoice_cards(env, h, n: int) -> list[dict]:
-    """``n`` rule cards about invoices, created through the API."""
-    return [(await env.client.post(BASE, headers=h, json=_rule(
-        f"Rule {i} about invoices", f"Invoices are issued on day {i + 1}."))).json()["card"]
-        for i in range(n)]
-
-
-@ENGINES
-async def test_rebuild_recovers_an_incompatible_collection_then_switches(make_env, engine):
-    async with make_env(engine=engine) as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        cards = await _invoice_cards(env, h, 3)
-        await env.drain()
-        index = env.resources.index
-        await _ghost(env, dict(cards[0], id=f"mem-{uuid.uuid4()}"))  # an orphan
-        await make_incompatible_collection(index, "acme")
-        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "invoices"})
-        assert r.status_code == 503 and r.json()["code"] == "index_incompatible"
-
-        r = await env.client.post(f"{BASE}/index", headers=h)
-        assert r.status_code == 202
-        await env.drain()
-        row = (await env.client.get(f"{BASE}/index", headers=h)).json()
-        assert row["status"] == "done", row
-        assert row["summary"]["written"] == 3
-        res = await _search(env, h, "when are invoices issued")
-        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
-        assert set(await index.scroll_ids("acme")) == {uuid.UUID(c["id"][4:]) for c in cards}
-        # a second rebuild replaces the current collection atomically and drops the old one
-        first = row["collection"]
-        r = await env.client.post(f"{BASE}/index", headers=h)
-        await env.drain()
-        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
-        assert row["status"] == "done"
-        assert row["summary"]["replaced"] == first != row["collection"]
-        assert row["collection"].startswith(index.collection("acme") + "__")
-        assert await index.scroll_ids("acme", first) == {}
-        assert len((await _search(env, h, "when are invoices issued"))["results"]) == 3
-        if engine == "edge":
-            assert not (index.root / first).exists()
-            assert index._pointers()[index.collection("acme")] == row["collection"]
-
-
-@ENGINES
-async def test_audit_finds_and_repairs(make_env, engine):
-    async with make_env(engine=engine) as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        cards = await _invoice_cards(env, h, 3)
-        await env.drain()
-        index = env.resources.index
-        ids = [uuid.UUID(c["id"][4:]) for c in cards]
-        await index.delete("acme", [ids[0]])                              # missing
-        await _ghost(env, cards[1], revision=7)                           # stale
-        orphan = await _ghost(env, cards[2], pid=uuid.uuid4())            # orphan
-        misplaced = await _ghost(env, cards[2], pid=uuid.uuid4(), workspace="other")
-        report = (await env.client.get(f"{BASE}/audit", headers=h)).json()
-        assert report["missing"] == [cards[0]["id"]] and report["stale"] == [cards[1]["id"]]
-        assert report["orphan"] == [f"mem-{orphan}"] and report["misplaced"] == [f"mem-{misplaced}"]
-        r = await env.client.post(f"{BASE}/audit/repair", headers=h)
-        assert r.status_code == 202
-        await env.drain()
-        report = (await env.client.get(f"{BASE}/audit", headers=h)).json()
-        assert report["missing"] == report["stale"] == report["orphan"] == report["misplaced"] == []
-        assert report["current"] == 3 and report["points"] == 3
 
 
 CONGRUENCE_CARDS = [

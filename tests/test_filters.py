@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.both_engines
+
 BASE = "/api/workspaces/acme/memory"
 TEXT = "Revenue recognition: book revenue when the order ships."
 

@@ -13,7 +13,10 @@ from conftest import make_incompatible_collection
 from shared import repository
 from shared.db import Q
 from shared.index import PointIn, QdrantClientEngine
+from shared.index_edge import QdrantEdgeEngine
 from shared.projection import payload, project_operations, projected_text
+
+pytestmark = pytest.mark.both_engines
 
 BASE = "/api/workspaces/acme/memory"
 
@@ -179,7 +182,12 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
         assert row["status"] == "done"
         assert row["summary"]["replaced"].startswith(alias + "__")
         assert row["summary"]["replaced"] != row["collection"]
+        assert row["collection"].startswith(alias + "__")
+        assert await index.scroll_ids("acme", row["summary"]["replaced"]) == {}
         assert len((await _search(env, h))["results"]) == 3
+        if isinstance(index, QdrantEdgeEngine):  # the pointer file names the new shard
+            assert not (index.root / row["summary"]["replaced"]).exists()
+            assert index._pointers()[alias] == row["collection"]
         with psycopg.connect(env.migrator_url) as conn:
             verbs = [r[0] for r in conn.execute(
                 "SELECT outcome FROM memory.activity WHERE verb = 'index' ORDER BY id")]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import uuid
 
 import psycopg
+import pytest
+
+pytestmark = pytest.mark.both_engines
 
 ORDERS_RULE = {
     "family": "sql_rule",

@@ -3,6 +3,10 @@ reported, and ineligible cards never bridge."""
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.both_engines
+
 BASE = "/api/workspaces/acme/memory"
 
 

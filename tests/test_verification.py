@@ -5,10 +5,13 @@ from __future__ import annotations
 import uuid
 
 import psycopg
+import pytest
 
 from shared.index import PointIn
 from shared.projection import payload, projected_text
 from shared.repository import PROJECTION_FORMAT
+
+pytestmark = pytest.mark.both_engines
 
 BASE = "/api/workspaces/acme/memory"
 
