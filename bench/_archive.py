@@ -88,5 +88,7 @@ async def build(name: str, cards: list[ImportCard], workspace: str = "bench") ->
             raise RuntimeError(report.errors[0])
         if report.leased == 0:
             break
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")  # planner statistics, as autovacuum would gather them
     return BenchArchive(archive, resources, principal, workspace, url,
                         time.perf_counter() - started)

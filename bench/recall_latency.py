@@ -1,16 +1,18 @@
-"""Latency of a full verified recall at ~2k and ~20k cards, with the share spent in embedding,
-the index, verification, link expansion and card fetch, and the ratio to a bare hybrid query of
-the same engine. Run: ``.venv/bin/python bench/recall_latency.py`` (needs a PostgreSQL superuser
-URL, see ``bench/_archive.py``).
+"""Latency of a full verified recall at ~2k, ~20k and ~100k cards, with the share spent in
+embedding, the index, verification, link expansion and card fetch, and the ratio to a bare hybrid
+query of the same engine. Run: ``.venv/bin/python bench/recall_latency.py`` (needs a PostgreSQL
+superuser URL, see ``bench/_archive.py``).
 
-The 2k archive is the BIRD cards file, imported and projected by the real pipeline. The 20k
-archive adds 8 copies of every card (new ids, same text and the original's vectors, written to
-PostgreSQL and the index by this script, with their projections recorded): latency does not
-depend on which text a vector came from, and re-embedding 18,000 long texts would take ~10 minutes
-here. Queries: the 66 hand-written rewordings (``solved``) and 66 BIRD questions (``search``).
+The 2k archive is the BIRD cards file, imported and projected by the real pipeline. The larger
+archives add copies of every card (8 for 20k, 44 for 100k: new ids, the same rows, dependencies
+and links, recorded as projected, with the originals' vectors; see ``add_copies``): latency does
+not depend on which text a vector came from, and re-embedding 100,000 long texts would take about
+an hour here. Each engine builds one archive and grows it, so sizes are measured in one run.
+Queries: the 66 hand-written rewordings (``solved``) and 66 BIRD questions (``search``), top 10.
 
 ``--engine local|edge|both`` (default both) picks the embedded index engine (qdrant-client's local
-mode, Qdrant Edge) and prints one table per engine; with ``MEMARC_QDRANT_URL`` set the server is
+mode, Qdrant Edge) and prints one table per engine; local mode stops at 20k by default (it
+filters in Python: seconds per query at 100k). With ``MEMARC_QDRANT_URL`` set the server is
 measured once instead.
 """
 
@@ -27,34 +29,56 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench._archive as _archive  # noqa: E402
 from bench._archive import ROOT, BenchArchive, build  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.index_edge import QdrantEdgeEngine  # noqa: E402
-from shared import repository  # noqa: E402
-from shared.db import Q  # noqa: E402
 from shared.index import PointIn  # noqa: E402
 from shared.embedding import SparseVector  # noqa: E402
-from shared.models import ImportCard, SearchRequest  # noqa: E402
+from shared.models import SearchRequest  # noqa: E402
 from shared.recall import RecallTimings, build_filter, recall, seed_count  # noqa: E402
 from shared.repository import PROJECTION_FORMAT  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 
-async def add_copies(bench: BenchArchive, cards: list[ImportCard], copies: int) -> int:
-    """Add ``copies`` copies of every card, reusing the originals' vectors (see module doc)."""
+COPY_SQL = """
+INSERT INTO memory.cards (workspace_id, id, family, title, scope, origin, source, concepts,
+                          content, revision)
+SELECT c.workspace_id, m.new_id, c.family, c.title, c.scope, 'import', c.source, c.concepts,
+       c.content, c.revision
+FROM unnest(%(old)s::uuid[], %(new)s::uuid[]) AS m(old_id, new_id) JOIN memory.cards c ON c.id = m.old_id;
+INSERT INTO memory.card_dependencies (workspace_id, card_id, ordinal, database_name, schema_name,
+                                      table_name, column_name)
+SELECT d.workspace_id, m.new_id, d.ordinal, d.database_name, d.schema_name, d.table_name, d.column_name
+FROM unnest(%(old)s::uuid[], %(new)s::uuid[]) AS m(old_id, new_id)
+JOIN memory.card_dependencies d ON d.card_id = m.old_id;
+INSERT INTO memory.card_links (workspace_id, source_id, target_id, meaning)
+SELECT l.workspace_id, ms.new_id, mt.new_id, l.meaning
+FROM memory.card_links l
+JOIN unnest(%(old)s::uuid[], %(new)s::uuid[]) AS ms(old_id, new_id) ON ms.old_id = l.source_id
+JOIN unnest(%(old)s::uuid[], %(new)s::uuid[]) AS mt(old_id, new_id) ON mt.old_id = l.target_id;
+INSERT INTO memory.projections (workspace_id, card_id, revision, format)
+SELECT c.workspace_id, m.new_id, c.revision, %(format)s
+FROM unnest(%(old)s::uuid[], %(new)s::uuid[]) AS m(old_id, new_id) JOIN memory.cards c ON c.id = m.old_id;
+"""
+
+
+async def original_points(bench: BenchArchive) -> dict[uuid.UUID, PointIn]:
+    """The projected points of the imported cards, vectors and payload included."""
     res = bench.resources
     name = res.index.collection(bench.workspace)
 
-    def fetch(client):
+    def fetch_local(client):
         out, offset = {}, None
         while True:
             points, offset = client.scroll(name, limit=1000, offset=offset, with_payload=True,
                                            with_vectors=True)
             for p in points:
-                out[uuid.UUID(str(p.id))] = p
+                out[uuid.UUID(str(p.id))] = (p.vector, p.payload)
             if offset is None:
                 return out
 
@@ -67,37 +91,43 @@ async def add_copies(bench: BenchArchive, cards: list[ImportCard], copies: int) 
             records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=1000,
                                                             with_payload=True, with_vector=True))
             for r in records:
-                out[uuid.UUID(str(r.id))] = r
+                out[uuid.UUID(str(r.id))] = (r.vector, r.payload)
             if offset is None:
                 return out
 
-    if isinstance(res.index, QdrantEdgeEngine):
-        originals = await res.index._call(fetch_edge)
-    else:
-        originals = await res.index._call(fetch)
-    async with res.db.transaction(bench.workspace) as conn:
-        full = await repository.get_cards(conn, list(originals))
+    raw = await res.index._call(fetch_edge if isinstance(res.index, QdrantEdgeEngine) else fetch_local)
+    points = {}
+    for pid, (vector, payload) in raw.items():
+        sparse = vector["bm25"]
+        points[pid] = PointIn(id=pid, dense=list(vector["dense"]),
+                              sparse=SparseVector(list(sparse.indices), list(sparse.values)),
+                              payload=dict(payload))
+    return points
+
+
+async def add_copies(bench: BenchArchive, originals: dict[uuid.UUID, PointIn], copies: int) -> int:
+    """Add ``copies`` copies of every original card (see the module doc): new ids, the same rows,
+    dependencies and links (between copies of the same generation), recorded as projected, and
+    points with the originals' vectors. Rows are copied in bulk SQL (as the database owner)
+    because inserting 100k cards one by one through the API path takes ~10 minutes here."""
+    old = list(originals)
     added = 0
-    for i in range(1, copies + 1):
-        points: list[PointIn] = []
-        async with res.db.transaction(bench.workspace, lock="exclusive") as conn:
-            for oid, point in originals.items():
-                card = full[oid]
-                body = ImportCard(key=f"{card.id}~{i}", family=card.family, title=card.title,
-                                  content=card.content, scope=card.scope, concepts=card.concepts,
-                                  dependencies=card.dependencies)
-                new_id, revision = await repository.insert_card(conn, bench.workspace, body,
-                                                                origin="import")
-                await conn.execute(Q.projection_record, {"card_id": new_id, "revision": revision,
-                                                         "format": PROJECTION_FORMAT})
-                sparse = point.vector["bm25"]
-                points.append(PointIn(id=new_id, dense=list(point.vector["dense"]),
-                                      sparse=SparseVector(list(sparse.indices), list(sparse.values)),
-                                      payload={**point.payload, "revision": revision}))
-        for start in range(0, len(points), 512):
-            await res.index.upsert(bench.workspace, points[start:start + 512])
-        added += len(points)
+    with psycopg.connect(bench.db_url) as conn:
+        for _ in range(copies):
+            new = [uuid.uuid4() for _ in old]
+            with conn.transaction():
+                for statement in COPY_SQL.split(";")[:-1]:
+                    conn.execute(statement, {"old": old, "new": new, "format": PROJECTION_FORMAT})
+            points = [PointIn(id=n, dense=originals[o].dense, sparse=originals[o].sparse,
+                              payload=originals[o].payload) for o, n in zip(old, new)]
+            for start in range(0, len(points), 1024):
+                await bench.resources.index.upsert(bench.workspace, points[start:start + 1024])
+            added += len(points)
+        conn.execute("ANALYZE")
     return added
+
+
+SIZES = {"2k": 0, "20k": 8, "100k": 44}  # extra copies of the 2,251 BIRD cards
 
 
 def pct(values: list[float], q: float) -> float:
@@ -164,7 +194,10 @@ def print_table(engine: str, results: dict, queries: int) -> None:
 
 async def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--copies", type=int, default=8, help="extra copies for the large archive")
+    ap.add_argument("--sizes", default="2k,20k,100k",
+                    help="comma-separated sizes: 2k (the BIRD cards), 20k (+8 copies), 100k (+44)")
+    ap.add_argument("--local-max-copies", type=int, default=8,
+                    help="largest size measured on qdrant-client local mode (in copies)")
     ap.add_argument("--repeat", type=int, default=1, help="passes over the query set")
     ap.add_argument("--engine", choices=("local", "edge", "both"), default="both",
                     help="embedded index engine(s) to measure (ignored with MEMARC_QDRANT_URL)")
@@ -175,15 +208,24 @@ async def main(argv: list[str] | None = None) -> None:
     engines = ["local", "edge"] if args.engine == "both" else [args.engine]
     if _archive.model_env().get("MEMARC_QDRANT_URL"):
         engines = ["server"]
+    sizes = [(label, SIZES[label]) for label in args.sizes.split(",")]
     for engine in engines:
         results = {}
-        for label, copies in (("2k", 0), ("20k", args.copies)):
-            with engine_choice("local" if engine == "server" else engine):
-                bench = await build(f"latency{label}", cards)
-            n = len(cards)
-            if copies:
-                n += await add_copies(bench, cards, copies)
-            results[label] = {"cards": n, **await measure(bench, queries, args.repeat)}
+        with engine_choice("local" if engine == "server" else engine):
+            bench = await build(f"latency_{engine}", cards)
+        try:
+            originals = await original_points(bench)
+            n, done = len(cards), 0
+            for label, copies in sizes:
+                if engine == "local" and copies > args.local_max_copies:
+                    print(f"(local mode skipped at {label}: it filters in Python, seconds per query)")
+                    continue
+                if copies > done:
+                    n += await add_copies(bench, originals, copies - done)
+                    done = copies
+                results[label] = {"cards": n, **await measure(bench, queries, args.repeat)}
+                print(f"  {engine} {label}: {results[label]['cards']} cards measured", flush=True)
+        finally:
             await bench.close()
         name = {"server": "qdrant server", "local": "qdrant-client local mode",
                 "edge": "Qdrant Edge"}[engine]

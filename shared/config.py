@@ -12,6 +12,9 @@
 | MEMARC_INDEX_ENGINE | embedded index engine without a server: `local` (qdrant-client local mode) or `edge` (Qdrant Edge) | edge |
 | MEMARC_QDRANT_PATH | embedded index storage path | <data dir>/qdrant |
 | MEMARC_QDRANT_API_KEY_FILE | API key for the Qdrant server, read from a file | none |
+| MEMARC_QDRANT_SHARDS | shards of each new collection on a Qdrant server or cluster | server default |
+| MEMARC_QDRANT_REPLICAS | replication factor of each new collection (a Qdrant cluster) | server default |
+| MEMARC_QDRANT_WRITE_CONSISTENCY | replicas that must confirm a write (write_consistency_factor) | server default |
 | MEMARC_COLLECTION_PREFIX | Qdrant collection name prefix (+ workspace id) | memarc_ |
 | MEMARC_DENSE_MODEL | fastembed dense model id | sentence-transformers/all-MiniLM-L6-v2 |
 | MEMARC_DENSE_MODEL_PATH | local folder of the dense model (offline) | none (fastembed downloads) |
@@ -46,6 +49,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     qdrant_url: str | None = None
     qdrant_path: str | None = None
     qdrant_api_key: str | None = None
+    qdrant_shards: int | None = None
+    qdrant_replicas: int | None = None
+    qdrant_write_consistency: int | None = None
     index_engine: str = "edge"
     collection_prefix: str = "memarc_"
     dense_model: str = DEFAULT_DENSE_MODEL
@@ -83,6 +89,16 @@ def _with_password(url: str | None, password_file: str | None) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def _positive(value: str | None, name: str) -> int | None:
+    """An optional positive integer setting. :raises ValueError: not a positive integer."""
+    if value is None:
+        return None
+    number = int(value)
+    if number < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return number
+
+
 def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); keyword overrides win.
 
@@ -107,6 +123,10 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "qdrant_url": get("MEMARC_QDRANT_URL"),
         "qdrant_path": get("MEMARC_QDRANT_PATH"),
         "qdrant_api_key": Path(api_key_file).read_text().strip() if api_key_file else None,
+        "qdrant_shards": _positive(get("MEMARC_QDRANT_SHARDS"), "MEMARC_QDRANT_SHARDS"),
+        "qdrant_replicas": _positive(get("MEMARC_QDRANT_REPLICAS"), "MEMARC_QDRANT_REPLICAS"),
+        "qdrant_write_consistency": _positive(get("MEMARC_QDRANT_WRITE_CONSISTENCY"),
+                                              "MEMARC_QDRANT_WRITE_CONSISTENCY"),
         "index_engine": (get("MEMARC_INDEX_ENGINE") or "edge").lower(),
         "collection_prefix": get("MEMARC_COLLECTION_PREFIX") or "memarc_",
         "dense_model": get("MEMARC_DENSE_MODEL") or DEFAULT_DENSE_MODEL,

@@ -141,22 +141,22 @@ class Database:
         :param lock: take the workspace advisory lock, exclusively (writes) or shared (recall).
         :raises DatabaseUnavailable: PostgreSQL cannot be reached.
         """
+        # One statement sets up the transaction (one round trip instead of four):
+        # set_config('role', …, true) is SET LOCAL ROLE, and 'transaction_read_only' is
+        # SET TRANSACTION READ ONLY (PostgreSQL docs, "SET", "set_config").
+        setup = [sql.SQL("set_config('role', %(role)s, true)"),
+                 sql.SQL("set_config('memarc.workspace', %(workspace)s, true)")]
+        if read_only:
+            setup.insert(0, sql.SQL("set_config('transaction_read_only', 'on', true)"))
+        if lock is not None:
+            setup.append(sql.SQL(Q.workspace_lock_expr if lock == "exclusive"
+                                 else Q.workspace_lock_shared_expr))
+        statement = sql.SQL("SELECT ") + sql.SQL(", ").join(setup)
+        params = {"role": RUNTIME_ROLE if role == "runtime" else READER_ROLE,
+                  "workspace": workspace or ""}
         async with self.connection() as conn:
             async with conn.transaction():
-                if read_only:
-                    await conn.execute("SET TRANSACTION READ ONLY")
-                await conn.execute(
-                    sql.SQL("SET LOCAL ROLE {}").format(
-                        sql.Identifier(RUNTIME_ROLE if role == "runtime" else READER_ROLE)
-                    )
-                )
-                await conn.execute(
-                    "SELECT set_config('memarc.workspace', %s, true)", [workspace or ""]
-                )
-                if lock == "exclusive":
-                    await conn.execute(Q.workspace_lock, {"workspace": workspace})
-                elif lock == "shared":
-                    await conn.execute(Q.workspace_lock_shared, {"workspace": workspace})
+                await conn.execute(statement, params)
                 yield conn
 
     async def check_schema(self) -> None:

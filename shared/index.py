@@ -261,6 +261,11 @@ class QdrantClientEngine:
             vectors_config={DENSE: qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)},
             sparse_vectors_config={BM25: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
             metadata={"dense_model": dense_model, "dimension": dimension, "workspace": workspace},
+            # cluster layout (None = the server's defaults; local mode has no such notion)
+            **({} if self._local else {
+                "shard_number": self.settings.qdrant_shards,
+                "replication_factor": self.settings.qdrant_replicas,
+                "write_consistency_factor": self.settings.qdrant_write_consistency}),
         )
         if not self._local:
             for key, schema in (("family", qm.PayloadSchemaType.KEYWORD),

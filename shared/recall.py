@@ -80,12 +80,15 @@ class CandidateRow:
     projected_revision: int | None
     projected_format: int | None
     dependencies: tuple[tuple[str | None, ...], ...]
+    #: the first ``LINKS_PER_CARD`` outgoing link targets in target-id order (DESIGN §5.3), read
+    #: with the row so that expansion needs no separate link query for a card already read
+    links: tuple[uuid.UUID, ...] = ()
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "CandidateRow":
         return cls(row["id"], row["family"], row["scope"], tuple(row["concepts"]), row["revision"],
                    row["projected_revision"], row["projected_format"],
-                   tuple(tuple(d) for d in row["dependencies"]))
+                   tuple(tuple(d) for d in row["dependencies"]), tuple(row.get("links") or ()))
 
     def is_current(self) -> bool:
         """A valid projection of this revision in the current format is recorded."""
@@ -322,7 +325,8 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                              list(branch_weights))
             unknown = [cid for cid, _ in fused if cid not in rows]
             if unknown:
-                cur = await conn.execute(Q.recall_candidates, {"ids": unknown})
+                cur = await conn.execute(Q.recall_candidates,
+                                         {"ids": unknown, "per_card": LINKS_PER_CARD})
                 found = {r["id"]: CandidateRow.from_row(r) for r in await cur.fetchall()}
                 for cid in unknown:
                     rows[cid] = found.get(cid)
@@ -354,16 +358,21 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
             t0 = clock()
 
             async def read_links(ids: list[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
-                cur = await conn.execute(Q.links_outgoing_bounded,
-                                         {"ids": ids, "per_card": LINKS_PER_CARD})
+                # every source was read as a candidate row (seeds, then eligible targets), and
+                # each row carries its first LINKS_PER_CARD targets: no query needed
                 out: dict[uuid.UUID, list[uuid.UUID]] = {}
-                for r in await cur.fetchall():
-                    out.setdefault(r["source_id"], []).append(r["target_id"])
+                for cid in ids:
+                    row = rows.get(cid)
+                    if row is not None and row.links:
+                        out[cid] = list(row.links)
                 return out
 
             async def read_rows(ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
-                cur = await conn.execute(Q.recall_candidates, {"ids": ids})
-                return {r["id"]: CandidateRow.from_row(r) for r in await cur.fetchall()}
+                cur = await conn.execute(Q.recall_candidates,
+                                         {"ids": ids, "per_card": LINKS_PER_CARD})
+                found = {r["id"]: CandidateRow.from_row(r) for r in await cur.fetchall()}
+                rows.update(found)
+                return found
 
             known = {cid: rows[cid] for cid in seeds if rows.get(cid) is not None}
             expansion = await expand_links(seed_scores, known, flt, read_links, read_rows)  # type: ignore[arg-type]

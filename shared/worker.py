@@ -154,6 +154,28 @@ async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
             raise  # we are being cancelled ourselves
 
 
+HEALTH_SECONDS = 30
+
+
+def health_check_key() -> str:
+    """Redis key of this host's worker heartbeat (one per container/host, so a replica's health
+    check sees its own worker, not any replica's)."""
+    import socket
+
+    return f"{QUEUE_NAME}:health-check:{socket.gethostname()}"
+
+
+async def check_worker_health(redis_url: str) -> bool:
+    """True when a worker on this host recorded its heartbeat within ``HEALTH_SECONDS`` + 1 s
+    (arq's health-check key, written every ``HEALTH_SECONDS`` by the worker's poll loop).
+
+    :raises redis.exceptions.ConnectionError: Redis cannot be reached.
+    """
+    from arq.worker import async_check_health
+
+    return await async_check_health(redis_settings(redis_url), health_check_key(), QUEUE_NAME) == 0
+
+
 def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | None = None,
                  handle_signals: bool = False, poll_delay: float = 0.2) -> Worker:
     """An arq worker over ``resources`` (projection jobs + the periodic sweep).
@@ -184,5 +206,7 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
         keep_result=0,
         job_timeout=max(60, s.lease_seconds),
         max_tries=1,
+        health_check_interval=HEALTH_SECONDS,
+        health_check_key=health_check_key(),
     )
 

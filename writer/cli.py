@@ -198,6 +198,16 @@ def run(args: argparse.Namespace) -> Any:
         run_writer(args.host, args.port)
         return None
     if cmd == "worker":
+        if args.check:
+            import asyncio
+
+            from shared.config import load_settings
+            from shared.worker import check_worker_health
+
+            settings = load_settings()
+            if not settings.redis_url:
+                raise SystemExit("memarc worker --check: MEMARC_REDIS_URL is not set")
+            raise SystemExit(0 if asyncio.run(check_worker_health(settings.redis_url)) else 1)
         from writer.runner import run_worker
 
         run_worker()
@@ -344,7 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "explorer":
             sp.add_argument("--workspaces", help='JSON map of actor id -> workspaces, e.g. '
                                                  '\'{"alice": ["bird"]}\' (root sees all)')
-    add("worker")
+    wk = add("worker")
+    wk.add_argument("--check", action="store_true",
+                    help="health check: exit 0 if this host's worker recorded a heartbeat in the "
+                         "last 31 s, else 1 (for container health checks)")
 
     def card_cmd(name: str) -> argparse.ArgumentParser:
         sp = add(name)

@@ -1,11 +1,12 @@
 -- Runtime queries of the memory archive, referred to by name from shared/ (db.Q.<name>).
 -- Every query runs inside Database.transaction(): role and workspace (RLS) are already set.
 
--- name: workspace_lock
-SELECT pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0));
+-- The workspace advisory lock, as expressions for the one-statement transaction set-up in db.py.
+-- name: workspace_lock_expr
+pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0))
 
--- name: workspace_lock_shared
-SELECT pg_advisory_xact_lock_shared(hashtextextended('memarc.workspace:' || %(workspace)s, 0));
+-- name: workspace_lock_shared_expr
+pg_advisory_xact_lock_shared(hashtextextended('memarc.workspace:' || %(workspace)s, 0))
 
 -- name: card_projection_lock
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.card:' || %(card_id)s::text, 0));
@@ -79,24 +80,18 @@ WHERE l.target_id = %(card_id)s
 ORDER BY l.source_id;
 
 -- name: recall_candidates
--- Verification rows for index hits: what the filters and the projection check need.
+-- Verification rows for index hits: what the filters and the projection check need, and the
+-- first %(per_card)s outgoing link targets in target-id order for expansion (DESIGN §5.3).
 SELECT c.id, c.family, c.scope, c.concepts, c.revision,
        p.revision AS projected_revision, p.format AS projected_format,
        coalesce((SELECT array_agg(ARRAY[d.database_name, d.schema_name, d.table_name, d.column_name]
                                   ORDER BY d.ordinal)
-                 FROM card_dependencies d WHERE d.card_id = c.id), '{}') AS dependencies
+                 FROM card_dependencies d WHERE d.card_id = c.id), '{}') AS dependencies,
+       ARRAY(SELECT l.target_id FROM card_links l WHERE l.source_id = c.id
+             ORDER BY l.target_id LIMIT %(per_card)s) AS links
 FROM cards c
 LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = ANY(%(ids)s);
-
--- name: links_outgoing_bounded
--- At most %(per_card)s outgoing links per source card, in stable target-id order (DESIGN §5.3).
-SELECT source_id, target_id, meaning
-FROM (SELECT source_id, target_id, meaning,
-             row_number() OVER (PARTITION BY source_id ORDER BY target_id) AS n
-      FROM card_links WHERE source_id = ANY(%(ids)s)) l
-WHERE n <= %(per_card)s
-ORDER BY source_id, target_id;
 
 -- name: op_insert
 INSERT INTO projection_ops (workspace_id, card_id, op, revision)
