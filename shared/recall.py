@@ -18,8 +18,10 @@ Steps, for one request:
    ``seed score × 0.5^hops``; ties by card id.
 5. Rebuild every result card from PostgreSQL.
 
-All PostgreSQL reads after the search happen in one transaction under the workspace lock in
-shared mode, so a concurrent write cannot interleave.
+All PostgreSQL reads happen in one read-only transaction under the workspace lock in shared mode
+(the query is embedded inside it), so a concurrent write cannot interleave. Per recall that is one
+set-up statement, the workspace row, the candidate rows of each round (with their first outgoing
+links), the rows of each expansion hop, and the result cards.
 """
 
 from __future__ import annotations
@@ -288,15 +290,16 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     flt = build_filter(principal, req)
     t = timings or RecallTimings()
     clock = time.perf_counter
-    async with db.transaction(workspace, role=role, read_only=True) as conn:
-        ws = await repository.workspace(conn, workspace)
-    t0 = clock()
-    dense, sparse = await embedder.embed_query(req.query, ws["language"])
-    t.embed += clock() - t0
-    dimension = embedder.dense_dimension()
     n = seed_count(req.top)
-
+    # One read-only transaction under the shared workspace lock for everything, the query's
+    # embedding included (it needs the workspace language; a second transaction would cost more
+    # round trips than the embedding holds the connection).
     async with db.transaction(workspace, role=role, lock="shared", read_only=True) as conn:
+        ws = await repository.workspace(conn, workspace)
+        t0 = clock()
+        dense, sparse = await embedder.embed_query(req.query, ws["language"])
+        t.embed += clock() - t0
+        dimension = embedder.dense_dimension()
         t0 = clock()
         exists = await index.check_collection(workspace, embedder.dense_model_id, dimension)
         t.index += clock() - t0
