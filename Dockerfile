@@ -6,7 +6,7 @@ COPY shared ./shared
 COPY writer ./writer
 COPY explorer_plugin ./explorer_plugin
 COPY migrations ./migrations
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir .
 USER nobody
 EXPOSE 8000 8001
 CMD ["memarc", "--help"]

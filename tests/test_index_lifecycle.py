@@ -270,3 +270,50 @@ async def test_audit_finds_missing_stale_orphan_and_misplaced_points_and_repairs
         assert report["current"] == 4 and report["points"] == 4
         res = await _search(env, h)
         assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
+
+
+async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(make_env):
+    """Issue 7: arq with max_jobs=4 in one process, 30 quick updates of one card while the worker
+    runs. The recorded projection's revision never goes down, and the end state is the last
+    revision everywhere (PostgreSQL record, point payload, recall content)."""
+    from shared.worker import build_worker, stop_worker
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await _create(env, h, 1))[0]
+        worker = build_worker(env.resources, max_jobs=4, poll_delay=0.01)
+        task = asyncio.create_task(worker.async_run())
+        seen: list[int] = []
+
+        def recorded() -> int:
+            with psycopg.connect(env.migrator_url) as conn:
+                row = conn.execute("SELECT revision FROM memory.projections WHERE card_id = %s",
+                                   [uuid.UUID(card["id"][4:])]).fetchone()
+            return row[0] if row else 0
+
+        try:
+            revision = card["revision"]
+            for i in range(30):
+                r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json=_rule(
+                    "Rule 0 about invoices", f"Invoices are issued on day {i + 2}.",
+                    revision=revision))
+                assert r.status_code == 200, r.text
+                revision = r.json()["card"]["revision"]
+                seen.append(await asyncio.to_thread(recorded))
+                await asyncio.sleep(0.01 * (i % 3))
+            for _ in range(400):
+                if await asyncio.to_thread(recorded) == revision:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await stop_worker(worker)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        seen.append(await asyncio.to_thread(recorded))
+        assert seen == sorted(seen), seen          # never an older revision after a newer one
+        assert seen[-1] == revision == 31
+        points = await env.resources.index.scroll_ids("acme")
+        assert points[uuid.UUID(card["id"][4:])]["revision"] == revision
+        res = await _search(env, h, "on which day are invoices issued")
+        assert res["results"][0]["card"]["content"]["rule"] == "Invoices are issued on day 31."
