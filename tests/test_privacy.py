@@ -313,6 +313,30 @@ async def test_a_card_the_filter_refuses_fails_closed(make_env, embedder):
         assert all(SECRET_PW not in d for d in recorder.documents)
 
 
+async def test_a_refused_edit_removes_the_old_point(make_env):
+    async with make_env(privacy_max_chars=300) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, headers=h, json={
+            "family": "sql_rule", "title": "Invoice rule", "content": {"rule": "Sum invoice lines."}})
+        ).json()["card"]
+        await env.drain()
+        cid = uuid.UUID(card["id"][4:])
+        assert cid in await env.resources.index.scroll_ids("acme")
+        r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json={
+            "family": "sql_rule", "title": "Invoice rule", "revision": 1,
+            "content": {"rule": "Sum invoice lines. " * 20}})
+        assert r.status_code == 200
+        report = await project_operations(env.resources.db, env.resources.index,
+                                          env.resources.embedder, "acme", None,
+                                          privacy=env.resources.privacy)
+        assert (report.upserted, report.failed) == (0, 1)
+        assert cid not in await env.resources.index.scroll_ids("acme")
+        shown = (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()
+        assert shown["card"]["index_status"] == "pending"
+        assert shown["open_operations"][0]["last_error"].startswith("privacy_filter_failed")
+
+
 # ---- PostgreSQL keeps the original; only allowed callers see it ---------------------------
 
 async def test_the_original_is_shown_only_to_callers_of_the_workspace(make_env, explorer):  # noqa: F811
