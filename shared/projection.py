@@ -171,7 +171,8 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
                          privacy: PrivacyFilter) -> dict[uuid.UUID, str]:
     """Project the cards; returns the cards the privacy filter refused (id -> error), whose
     operations are left running for the caller to fail. A refused card's old point, if any, is
-    deleted (only its id is sent), so no projection of an older text stays behind."""
+    deleted (only its id is sent) and its recorded projection forgotten, so no projection of an
+    older text stays behind."""
     # One transaction holds the per-card projection locks (taken in sorted order: no deadlock
     # between batches) while the cards are read, embedded, written to the index and recorded.
     async with db.transaction(workspace) as conn:
@@ -206,6 +207,8 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
             await conn.execute(Q.ops_supersede, {"card_id": cid, "revision": card.revision})
         for cid in gone:
             await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})
+        if refused:
+            await conn.execute(Q.projection_forget, {"ids": sorted(refused, key=str)})
         await conn.execute(Q.ops_complete, {
             "ids": [o["id"] for o in ops if o["card_id"] not in refused]})
     report.upserted = len(live)

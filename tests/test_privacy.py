@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,11 +18,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shared import repository
+from shared.auth import Principal
+from shared.recall import recall
 from shared.errors import SchemaOutdated
 from shared.index import IndexFilter
 from shared.migrate import migrate
-from shared.models import Card, Dependency
-from shared.privacy import PrivacyFilter, PrivacyFilterFailed
+from shared.models import Card, Dependency, SearchRequest
+from shared.privacy import PrivacyFilter, PrivacyFilterFailed, Rule
 from shared.projection import project_operations, projected_document, projected_text
 from shared.worker import Resources
 from test_explorer import explorer, get  # noqa: F401  (fixture and helper)
@@ -106,6 +109,14 @@ def test_the_filter_fails_closed():
     with pytest.raises(PrivacyFilterFailed, match="MEMARC_PRIVACY_MAX_CHARS") as err:
         PrivacyFilter(max_chars=10).redact("password=hunter2xyz")
     assert "hunter2xyz" not in err.value.message and err.value.code == "privacy_filter_failed"
+    # an error inside a rule (here: a rule naming a group its pattern does not have)
+    broken = PrivacyFilter(rules=(Rule("password", re.compile(r"password=\S+"), group="nope"),))
+    with pytest.raises(PrivacyFilterFailed, match="IndexError"):
+        broken.redact("password=hunter2xyz")
+    # a rule whose own marker matches it again never converges
+    looping = PrivacyFilter(rules=(Rule("ab", re.compile(r"ab")),))
+    with pytest.raises(PrivacyFilterFailed, match="did not converge"):
+        looping.redact("xaby")
 
 
 _SAFE = st.characters(codec="ascii", categories=("L", "N"))
@@ -215,6 +226,7 @@ class RecordingEmbedder:
         self.inner = inner
         self.dense_model_id = inner.dense_model_id
         self.documents: list[str] = []
+        self.queries: list[str] = []
 
     def dense_dimension(self) -> int:
         return self.inner.dense_dimension()
@@ -224,6 +236,7 @@ class RecordingEmbedder:
         return await self.inner.embed_documents(texts, language)
 
     async def embed_query(self, text: str, language: str):
+        self.queries.append(text)
         return await self.inner.embed_query(text, language)
 
 
@@ -270,6 +283,14 @@ async def test_projection_sends_only_redacted_text_and_payload(make_env, embedde
         # the BM25 vector has no term of the secret; an ordinary word of the card is there
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []
         assert await _bm25_hits(env, "acme", "nightly") == [uuid.UUID(card["id"][4:])]
+        # a query with a secret in it is redacted before it is embedded, and still finds the card
+        principal = Principal(workspace="acme", permissions=frozenset({"memory.read"}), actor="t")
+        res = await recall(env.resources.db, env.resources.index, recorder, principal, "acme",
+                           SearchRequest(query=f"nightly run with PGPASSWORD={SECRET_PW}",
+                                         mode="rules"))
+        assert [x.card.id for x in res.results] == [card["id"]]
+        assert SECRET_PW in res.results[0].card.content["rationale"]  # from PostgreSQL
+        assert recorder.queries[-1] == "nightly run with PGPASSWORD=[REDACTED:password]"
 
 
 async def test_a_card_the_filter_refuses_fails_closed(make_env, embedder):
@@ -335,6 +356,26 @@ async def test_a_refused_edit_removes_the_old_point(make_env):
         shown = (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()
         assert shown["card"]["index_status"] == "pending"
         assert shown["open_operations"][0]["last_error"].startswith("privacy_filter_failed")
+
+
+async def test_a_card_refused_at_its_projected_revision_is_no_longer_current(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, headers=h, json={
+            "family": "sql_rule", "title": "Invoice rule", "content": {"rule": "Sum invoice lines."}})
+        ).json()["card"]
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()["card"]["index_status"] == "current"
+        # the same revision meets a stricter filter (a lower MEMARC_PRIVACY_MAX_CHARS since)
+        assert (await env.client.post(f"{BASE}/{card['id']}/retry", headers=h)).status_code == 202
+        report = await project_operations(env.resources.db, env.resources.index,
+                                          env.resources.embedder, "acme", None,
+                                          privacy=PrivacyFilter(max_chars=10))
+        assert report.failed == 1
+        assert uuid.UUID(card["id"][4:]) not in await env.resources.index.scroll_ids("acme")
+        shown = (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()["card"]
+        assert shown["index_status"] == "pending" and shown["revision"] == 1
 
 
 # ---- PostgreSQL keeps the original; only allowed callers see it ---------------------------
