@@ -334,14 +334,20 @@ async def test_a_card_the_filter_refuses_fails_closed(make_env, embedder):
         assert all(SECRET_PW not in d for d in recorder.documents)
 
 
+async def _projected_invoice_rule(env) -> tuple[dict[str, str], dict[str, Any]]:
+    """Workspace acme, a manage token's headers, one card projected by the worker."""
+    env.workspace("acme")
+    h = env.token("acme")
+    card = (await env.client.post(BASE, headers=h, json={
+        "family": "sql_rule", "title": "Invoice rule", "content": {"rule": "Sum invoice lines."}})
+    ).json()["card"]
+    await env.drain()
+    return h, card
+
+
 async def test_a_refused_edit_removes_the_old_point(make_env):
     async with make_env(privacy_max_chars=300) as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        card = (await env.client.post(BASE, headers=h, json={
-            "family": "sql_rule", "title": "Invoice rule", "content": {"rule": "Sum invoice lines."}})
-        ).json()["card"]
-        await env.drain()
+        h, card = await _projected_invoice_rule(env)
         cid = uuid.UUID(card["id"][4:])
         assert cid in await env.resources.index.scroll_ids("acme")
         r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json={
@@ -360,12 +366,7 @@ async def test_a_refused_edit_removes_the_old_point(make_env):
 
 async def test_a_card_refused_at_its_projected_revision_is_no_longer_current(make_env):
     async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        card = (await env.client.post(BASE, headers=h, json={
-            "family": "sql_rule", "title": "Invoice rule", "content": {"rule": "Sum invoice lines."}})
-        ).json()["card"]
-        await env.drain()
+        h, card = await _projected_invoice_rule(env)
         assert (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()["card"]["index_status"] == "current"
         # the same revision meets a stricter filter (a lower MEMARC_PRIVACY_MAX_CHARS since)
         assert (await env.client.post(f"{BASE}/{card['id']}/retry", headers=h)).status_code == 202
