@@ -25,6 +25,7 @@
 | MEMARC_LEASE_SECONDS | projection lease length | 120 |
 | MEMARC_MAX_ATTEMPTS | failures before an operation is shown as failed | 5 |
 | MEMARC_WORKER_JOBS | concurrent projection jobs per worker | 2 |
+| MEMARC_PRIVACY_MAX_CHARS | longest text the privacy filter accepts; a longer card fails its projection (closed) | 500000 |
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     lease_seconds: int = 120
     max_attempts: int = 5
     worker_jobs: int = 2
+    privacy_max_chars: int = 500_000
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -138,6 +140,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "lease_seconds": int(get("MEMARC_LEASE_SECONDS") or 120),
         "max_attempts": int(get("MEMARC_MAX_ATTEMPTS") or 5),
         "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
+        "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
     }
     values.update(overrides)
     if values["index_engine"] not in INDEX_ENGINES:

@@ -21,6 +21,7 @@ from .embedding import Embedder
 from .errors import ArchiveError
 from .index import IndexEngine, PointIn
 from .models import Card
+from .privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ def projected_text(card: Card) -> str:
 
 
 def payload(card: Card) -> dict[str, Any]:
-    """The point payload: what the filters need, plus revision and projection format."""
+    """The point payload: what the filters need, plus revision and projection format
+    (unfiltered: :func:`projected_document` redacts its string values)."""
     return {
         "workspace": card.workspace,
         "family": card.family,
@@ -60,11 +62,39 @@ def payload(card: Card) -> dict[str, Any]:
     }
 
 
-async def build_points(embedder: Embedder, cards: list[Card], language: str) -> list[PointIn]:
-    """Embed cards (one batch) into index points."""
-    dense, sparse = await embedder.embed_documents([projected_text(c) for c in cards], language)
-    return [PointIn(id=uuid.UUID(c.id[4:]), dense=d, sparse=s, payload=payload(c))
-            for c, d, s in zip(cards, dense, sparse)]
+def projected_document(card: Card, privacy: PrivacyFilter = DEFAULT_FILTER) -> tuple[str, dict[str, Any]]:
+    """What leaves PostgreSQL for a card: the text to embed and the point payload, both through
+    the privacy filter (secrets become ``[REDACTED:<kind>]``; the payload's ``scope``,
+    ``concepts`` and dependency names are redacted value by value, the way recall redacts its
+    filter values, so filters still match).
+
+    :raises PrivacyFilterFailed: the filter could not process the card (fail closed).
+    """
+    text = privacy.redact(projected_text(card))
+    pl = payload(card)
+    pl["scope"] = privacy.redact_optional(pl["scope"])
+    pl["concepts"] = [privacy.redact(c) for c in pl["concepts"]]
+    pl["deps"] = [{k: privacy.redact_optional(v) for k, v in d.items()} for d in pl["deps"]]
+    return text, pl
+
+
+async def build_points(embedder: Embedder, cards: list[Card], language: str,
+                       privacy: PrivacyFilter = DEFAULT_FILTER) -> list[PointIn]:
+    """Embed cards (one batch) into index points. Every card goes through the privacy filter
+    before anything is embedded.
+
+    :raises PrivacyFilterFailed: the filter failed on one of the cards; nothing was embedded.
+    """
+    docs = [projected_document(c, privacy) for c in cards]
+    return await embed_documents(embedder, cards, docs, language)
+
+
+async def embed_documents(embedder: Embedder, cards: list[Card],
+                          docs: list[tuple[str, dict[str, Any]]], language: str) -> list[PointIn]:
+    """Points for ``cards`` from their already filtered documents (:func:`projected_document`)."""
+    dense, sparse = await embedder.embed_documents([text for text, _ in docs], language)
+    return [PointIn(id=uuid.UUID(c.id[4:]), dense=d, sparse=s, payload=pl)
+            for c, (_, pl), d, s in zip(cards, docs, dense, sparse)]
 
 
 @dataclass
@@ -80,11 +110,15 @@ class ProjectionReport:
 
 async def project_operations(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                              op_id: int | None, *, lease_seconds: int = 120, max_attempts: int = 5,
-                             batch: bool = True) -> ProjectionReport:
+                             batch: bool = True,
+                             privacy: PrivacyFilter = DEFAULT_FILTER) -> ProjectionReport:
     """Lease and complete projection operations of ``workspace`` (``op_id`` first).
 
     Never raises for an engine or model failure: the leased operations go back to ``pending``
     (or ``failed`` after ``max_attempts``) with the error recorded, and the report says so.
+    The privacy filter fails closed per card: a card it cannot process is neither embedded nor
+    written; its operations go back to ``pending`` (``failed`` after ``max_attempts``) with the
+    filter's error, and the other cards of the batch are projected.
 
     :raises DatabaseUnavailable: PostgreSQL cannot be reached (the lease then expires and the
         operation is reclaimed by a later sweep).
@@ -103,17 +137,25 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     op_ids = [o["id"] for o in ops]
     card_ids = sorted({o["card_id"] for o in ops})
     try:
-        await _project_cards(db, index, embedder, workspace, card_ids, op_ids, report)
+        refused = await _project_cards(db, index, embedder, workspace, card_ids, ops, report,
+                                       privacy)
     except ArchiveError as exc:
         report.failed = len(op_ids)
         report.errors.append(exc.message)
         await _fail(db, workspace, op_ids, exc.message, max_attempts)
+        return report
     except Exception as exc:  # an engine bug must not lose the operation: record it
         log.exception("projection of %s operations failed", len(op_ids))
         message = f"{type(exc).__name__}: {exc}"
         report.failed = len(op_ids)
         report.errors.append(message)
         await _fail(db, workspace, op_ids, message, max_attempts)
+        return report
+    for cid, message in refused.items():
+        ids = [o["id"] for o in ops if o["card_id"] == cid]
+        report.failed += len(ids)
+        report.errors.append(message)
+        await _fail(db, workspace, ids, message, max_attempts)
     return report
 
 
@@ -124,8 +166,13 @@ async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max
 
 
 async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
-                         card_ids: list[uuid.UUID], op_ids: list[int],
-                         report: ProjectionReport) -> None:
+                         card_ids: list[uuid.UUID], ops: list[dict[str, Any]],
+                         report: ProjectionReport,
+                         privacy: PrivacyFilter) -> dict[uuid.UUID, str]:
+    """Project the cards; returns the cards the privacy filter refused (id -> error), whose
+    operations are left running for the caller to fail. A refused card's old point, if any, is
+    deleted (only its id is sent) and its recorded projection forgotten, so no projection of an
+    older text stays behind."""
     # One transaction holds the per-card projection locks (taken in sorted order: no deadlock
     # between batches) while the cards are read, embedded, written to the index and recorded.
     async with db.transaction(workspace) as conn:
@@ -134,14 +181,25 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
             await conn.execute(Q.card_projection_lock, {"card_id": cid})
         ws = await repository.workspace(conn, workspace)
         cards = await repository.get_cards(conn, card_ids)
-        live = [cards[c] for c in card_ids if c in cards]
         gone = [c for c in card_ids if c not in cards]
+        # The privacy filter runs before anything reaches the embedder or the index.
+        live: list[Card] = []
+        docs: list[tuple[str, dict[str, Any]]] = []
+        refused: dict[uuid.UUID, str] = {}
+        for cid in card_ids:
+            if cid not in cards:
+                continue
+            try:
+                docs.append(projected_document(cards[cid], privacy))
+                live.append(cards[cid])
+            except PrivacyFilterFailed as exc:
+                refused[cid] = f"{exc.code}: {exc.message}"
         dimension = embedder.dense_dimension()
         await index.ensure_collection(workspace, embedder.dense_model_id, dimension)
         if live:
-            await index.upsert(workspace, await build_points(embedder, live, ws["language"]))
-        if gone:
-            await index.delete(workspace, gone)
+            await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
+        if gone or refused:
+            await index.delete(workspace, gone + sorted(refused, key=str))
         for card in live:
             cid = uuid.UUID(card.id[4:])
             await conn.execute(Q.projection_record, {"card_id": cid, "revision": card.revision,
@@ -149,6 +207,10 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
             await conn.execute(Q.ops_supersede, {"card_id": cid, "revision": card.revision})
         for cid in gone:
             await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})
-        await conn.execute(Q.ops_complete, {"ids": op_ids})
+        if refused:
+            await conn.execute(Q.projection_forget, {"ids": sorted(refused, key=str)})
+        await conn.execute(Q.ops_complete, {
+            "ids": [o["id"] for o in ops if o["card_id"] not in refused]})
     report.upserted = len(live)
     report.deleted = len(gone)
+    return refused

@@ -32,6 +32,7 @@ from .db import Q, Database
 from .embedding import Embedder
 from .index import IndexEngine
 from .models import Card
+from .privacy import DEFAULT_FILTER, PrivacyFilter
 from .projection import build_points
 
 log = logging.getLogger(__name__)
@@ -60,13 +61,14 @@ async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, int]:
 
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                  language: str, target: str, ids: list[uuid.UUID],
-                 written: dict[uuid.UUID, int]) -> int:
+                 written: dict[uuid.UUID, int], privacy: PrivacyFilter) -> int:
     """Read ``ids`` now, write them into ``target``; returns how many existed."""
     async with db.transaction(workspace, read_only=True) as conn:
         cards: dict[uuid.UUID, Card] = await repository.get_cards(conn, ids)
     live = [cards[i] for i in ids if i in cards]
     if live:
-        await index.upsert(workspace, await build_points(embedder, live, language), collection=target)
+        await index.upsert(workspace, await build_points(embedder, live, language, privacy),
+                           collection=target)
         for card in live:
             written[uuid.UUID(card.id[4:])] = card.revision
     gone = [i for i in ids if i not in cards and i in written]
@@ -84,12 +86,14 @@ def _diff(current: dict[uuid.UUID, int], written: dict[uuid.UUID, int]) -> list[
 
 
 async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
-                        rebuild_id: uuid.UUID, *, lease_seconds: int = 300) -> dict[str, Any] | None:
+                        rebuild_id: uuid.UUID, *, lease_seconds: int = 300,
+                        privacy: PrivacyFilter = DEFAULT_FILTER) -> dict[str, Any] | None:
     """Run a claimed rebuild to completion; returns the tracked row, or None when the rebuild
     is not claimable (done, or running under a live lease elsewhere).
 
-    Failures are recorded on the rebuild (status ``failed``, error) and the new collection is
-    dropped; the workspace keeps its old collection.
+    Every card goes through the privacy filter before it is embedded. Failures, a card the
+    filter refuses included (fail closed), are recorded on the rebuild (status ``failed``,
+    error) and the new collection is dropped; the workspace keeps its old collection.
     """
     async with db.transaction(workspace) as conn:
         row = await (await conn.execute(Q.rebuild_claim, {
@@ -107,7 +111,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         written: dict[uuid.UUID, int] = {}
         for start in range(0, len(ids), BATCH):
             await _write(db, index, embedder, workspace, ws["language"], target,
-                         ids[start:start + BATCH], written)
+                         ids[start:start + BATCH], written, privacy)
             async with db.transaction(workspace) as conn:
                 await conn.execute(Q.rebuild_progress, {
                     "id": rebuild_id, "done": min(start + BATCH, len(ids)), "total": len(ids),
@@ -120,7 +124,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             caught_up += len(pending)
             for start in range(0, len(pending), BATCH):
                 await _write(db, index, embedder, workspace, ws["language"], target,
-                             pending[start:start + BATCH], written)
+                             pending[start:start + BATCH], written, privacy)
 
         old_ids = set((await index.scroll_ids(workspace)).keys())
         async with db.transaction(workspace) as conn:
@@ -131,7 +135,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             caught_up += len(pending)
             for start in range(0, len(pending), BATCH):
                 await _write(db, index, embedder, workspace, ws["language"], target,
-                             pending[start:start + BATCH], written)
+                             pending[start:start + BATCH], written, privacy)
             replaced = await index.switch_collection(workspace, target)
             async with conn.cursor() as c:
                 await c.executemany(Q.projection_record, [

@@ -38,6 +38,7 @@ from .db import Q, Database
 from .embedding import Embedder
 from .errors import Forbidden, IndexUnavailable, InvalidInput
 from .index import Hit, IndexEngine, IndexFilter
+from .privacy import DEFAULT_FILTER, PrivacyFilter
 from .models import (MODE_FAMILIES, Filters, RecallResponse, RecallResult, Retrieval,
                      SearchRequest, card_id_str, parse_card_id, reject_nul)
 
@@ -276,18 +277,28 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
 async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal: Principal,
                  workspace: str, req: SearchRequest, *, branch_weights: tuple[float, float] = (1.0, 1.0),
                  expand: bool = True, timings: RecallTimings | None = None,
-                 role: Literal["runtime", "reader"] = "runtime") -> RecallResponse:
+                 role: Literal["runtime", "reader"] = "runtime",
+                 privacy: PrivacyFilter = DEFAULT_FILTER) -> RecallResponse:
     """Verified hybrid recall for one request (see the module docstring).
 
-    ``role``: the database role of the reads (the explorer passes ``reader``).
+    ``role``: the database role of the reads (the explorer passes ``reader``). The query text
+    sent to the embedder and the filter values sent to the index go through ``privacy`` (the
+    index holds redacted payload values, so a filter must be redacted the same way to match);
+    verification compares the original values in PostgreSQL, and result cards are rebuilt from
+    PostgreSQL with their original text.
 
     :raises NotFound: workspace mismatch. :raises Forbidden: missing ``memory.read`` or a filter
         outside the token's binding. :raises InvalidInput: bad families, filters or exclusions.
     :raises IndexUnavailable / IndexIncompatible / EmbedderUnavailable / DatabaseUnavailable:
         a dependency is down or mis-configured (never an empty success).
+    :raises PrivacyFilterFailed: the privacy filter refused the query (nothing was sent).
     """
     principal.require(workspace, "memory.read")
     flt = build_filter(principal, req)
+    query_text = privacy.redact(req.query)
+    sent_scope = privacy.redact_optional(flt.scope)
+    sent_concepts = tuple(privacy.redact(c) for c in flt.concepts)
+    sent_physical = tuple(privacy.redact_optional(v) for v in flt.physical)
     t = timings or RecallTimings()
     clock = time.perf_counter
     n = seed_count(req.top)
@@ -297,7 +308,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     async with db.transaction(workspace, role=role, lock="shared", read_only=True) as conn:
         ws = await repository.workspace(conn, workspace)
         t0 = clock()
-        dense, sparse = await embedder.embed_query(req.query, ws["language"])
+        dense, sparse = await embedder.embed_query(query_text, ws["language"])
         t.embed += clock() - t0
         dimension = embedder.dense_dimension()
         t0 = clock()
@@ -316,8 +327,9 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
         seeds: list[uuid.UUID] = []
         branch_rank: dict[uuid.UUID, tuple[int | None, int | None]] = {}
         for _round in range(MAX_ROUNDS):
-            round_filter = IndexFilter(families=flt.families, scope=flt.scope, concepts=flt.concepts,
-                                       physical=flt.physical,
+            round_filter = IndexFilter(families=flt.families, scope=sent_scope,
+                                       concepts=sent_concepts,
+                                       physical=sent_physical,  # type: ignore[arg-type]
                                        exclude=tuple(sorted(set(flt.exclude) | dropped, key=str)))
             t0 = clock()
             dense_hits, bm25_hits = await index.hybrid_query(workspace, dense, sparse, round_filter, n)

@@ -22,7 +22,8 @@ from .models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link,
 
 #: Version of the projected text, payload and model set. Raising it makes every older projection
 #: pending (DESIGN §4); ship a numbered migration that records the change.
-PROJECTION_FORMAT = 1
+#: 1: migrations/002; 2: the privacy filter redacts secrets in the text and payload (migrations/005).
+PROJECTION_FORMAT = 2
 
 
 async def check_projection_format(db: Any) -> None:

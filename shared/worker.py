@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from arq import Worker, cron
@@ -21,6 +21,7 @@ from .db import Q, Database
 from .embedding import Embedder
 from .errors import DatabaseUnavailable
 from .index import IndexEngine, QdrantClientEngine
+from .privacy import PrivacyFilter
 from .projection import BATCH_SIZE, project_operations
 from .repository import check_projection_format
 from .queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, ProjectionQueue, job_id,
@@ -44,13 +45,15 @@ def open_index(settings: Settings) -> IndexEngine:
 
 @dataclass
 class Resources:
-    """What one process opens once and shares: database pool, queue, index, embedder."""
+    """What one process opens once and shares: database pool, queue, index, embedder, and the
+    privacy filter applied to everything sent to the embedder or the index."""
 
     settings: Settings
     db: Database
     queue: ProjectionQueue
     index: IndexEngine | None
     embedder: Embedder | None
+    privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
 
     @classmethod
     async def open(cls, settings: Settings, *, with_index: bool = True,
@@ -75,7 +78,8 @@ class Resources:
                 raise
         index = open_index(settings) if with_index else None
         embedder = Embedder(settings) if with_index else None
-        return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder)
+        return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder,
+                   PrivacyFilter(max_chars=settings.privacy_max_chars))
 
     async def close(self) -> None:
         """Close everything opened."""
@@ -94,7 +98,8 @@ async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> 
     assert res.index is not None and res.embedder is not None
     s = res.settings
     report = await project_operations(res.db, res.index, res.embedder, workspace, op_id,
-                                      lease_seconds=s.lease_seconds, max_attempts=s.max_attempts)
+                                      lease_seconds=s.lease_seconds, max_attempts=s.max_attempts,
+                                      privacy=res.privacy)
     if report.errors:
         log.warning("projection in %s left %d operation(s) pending: %s", workspace,
                     report.failed, report.errors[0])
@@ -106,7 +111,8 @@ async def rebuild_index_job(ctx: dict[str, Any], workspace: str, rebuild_id: str
     res: Resources = ctx["resources"]
     assert res.index is not None and res.embedder is not None
     row = await rebuild_index(res.db, res.index, res.embedder, workspace, uuid.UUID(rebuild_id),
-                              lease_seconds=max(300, res.settings.lease_seconds))
+                              lease_seconds=max(300, res.settings.lease_seconds),
+                              privacy=res.privacy)
     return {"status": row["status"], "error": row["error"]} if row else None
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from shared.config import load_settings
 from shared.errors import IndexIncompatible
+from shared.repository import PROJECTION_FORMAT
 from shared.index import IndexFilter, PointIn, QdrantClientEngine
 from shared.index_edge import QdrantEdgeEngine
 from shared.models import Card
@@ -226,7 +227,7 @@ async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
     points = [
         PointIn(id=uuid.UUID(int=i + 1), dense=d, sparse=s, payload={
             "workspace": "acme", "family": fam, "scope": scope, "concepts": concepts,
-            "deps": deps, "revision": 1, "format": 1})
+            "deps": deps, "revision": 1, "format": PROJECTION_FORMAT})
         for i, ((fam, scope, concepts, deps, _), d, s) in enumerate(zip(CONGRUENCE_CARDS, dense, sparse))
     ]
     engines = {

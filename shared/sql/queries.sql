@@ -180,6 +180,11 @@ ON CONFLICT (card_id) DO UPDATE
 SET revision = EXCLUDED.revision, format = EXCLUDED.format, projected_at = EXCLUDED.projected_at
 RETURNING card_id;
 
+-- name: projection_forget
+-- A card whose point was removed (the privacy filter refused its current text) has no valid
+-- projection any more.
+DELETE FROM projections WHERE card_id = ANY(%(ids)s);
+
 -- name: projection_state
 SELECT c.revision, p.revision AS projected_revision, p.format AS projected_format
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id
