@@ -130,6 +130,43 @@ async def add_copies(bench: BenchArchive, originals: dict[uuid.UUID, PointIn], c
 SIZES = {"2k": 0, "20k": 8, "100k": 44}  # extra copies of the 2,251 BIRD cards
 
 
+async def optimize_edge(bench: BenchArchive) -> dict:
+    """Build the HNSW graph of the workspace's Edge shard (``EdgeShard.optimize``) while a Python
+    thread counts loop iterations: how long it takes and whether it holds the GIL meanwhile."""
+    import threading
+
+    index = bench.resources.index
+    shard = index._shard(index._resolve(index.collection(bench.workspace)))
+    counter, stop = [0], threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            counter[0] += 1
+
+    def probe(seconds: float) -> int:
+        counter[0] = 0
+        stop.clear()
+        t = threading.Thread(target=spin)
+        t.start()
+        time.sleep(seconds)
+        stop.set()
+        t.join()
+        return counter[0]
+
+    idle_rate = probe(1.0)
+    counter[0] = 0
+    stop.clear()
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    t0 = time.perf_counter()
+    changed = shard.optimize()
+    seconds = time.perf_counter() - t0
+    stop.set()
+    spinner.join()
+    return {"optimize_seconds": round(seconds, 1), "optimized": changed,
+            "python_thread_progress_during_optimize": round(counter[0] / (idle_rate * seconds), 4)}
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -200,6 +237,9 @@ async def main(argv: list[str] | None = None) -> None:
                     help="queries measured on qdrant-client local mode above 20k cards (it filters "
                          "in Python: seconds per query at 100k)")
     ap.add_argument("--repeat", type=int, default=1, help="passes over the query set")
+    ap.add_argument("--hnsw", action="store_true",
+                    help="Edge only: after the largest size, build HNSW (EdgeShard.optimize), "
+                         "report its time and whether Python threads ran meanwhile, measure again")
     ap.add_argument("--engine", choices=("local", "edge", "both"), default="both",
                     help="embedded index engine(s) to measure (ignored with MEMARC_QDRANT_URL)")
     args = ap.parse_args(argv)
@@ -226,6 +266,10 @@ async def main(argv: list[str] | None = None) -> None:
                     subset = queries[::max(1, len(queries) // args.local_large_queries)]
                 results[label] = {"cards": n, **await measure(bench, subset, args.repeat)}
                 print(f"  {engine} {label}: {results[label]['cards']} cards measured", flush=True)
+            if args.hnsw and engine == "edge":
+                label = sizes[-1][0] + "+hnsw"
+                print("  " + json.dumps(await optimize_edge(bench)), flush=True)
+                results[label] = {"cards": n, **await measure(bench, queries, args.repeat)}
         finally:
             await bench.close()
         name = {"server": "qdrant server", "local": "qdrant-client local mode",

@@ -67,10 +67,14 @@ class _LazyQueries:
 Q = _LazyQueries()
 
 
+def expected_schema_versions() -> set[int]:
+    """The migration numbers shipped with this code (``migrations/NNN_*.sql``)."""
+    return {int(p.name.split("_", 1)[0]) for p in MIGRATIONS_DIR.glob("[0-9][0-9][0-9]_*.sql")}
+
+
 def expected_schema_version() -> int:
-    """The highest migration number shipped with this code (``migrations/NNN_*.sql``)."""
-    versions = [int(p.name.split("_", 1)[0]) for p in MIGRATIONS_DIR.glob("[0-9][0-9][0-9]_*.sql")]
-    return max(versions, default=0)
+    """The highest migration number shipped with this code."""
+    return max(expected_schema_versions(), default=0)
 
 
 def translate_db_error(exc: BaseException) -> DatabaseUnavailable:
@@ -165,15 +169,15 @@ class Database:
         :raises SchemaOutdated: the schema has no migrations table or an older version.
         :raises DatabaseUnavailable: PostgreSQL cannot be reached.
         """
-        expected = expected_schema_version()
+        expected = expected_schema_versions()
         async with self.connection() as conn:
             try:
                 cur = await conn.execute(
-                    sql.SQL("SELECT coalesce(max(version), 0) AS v FROM {}.schema_migrations").format(
+                    sql.SQL("SELECT version FROM {}.schema_migrations").format(
                         sql.Identifier(self.schema)
                     )
                 )
-                row = await cur.fetchone()
+                applied = {r["version"] for r in await cur.fetchall()}
             except psycopg.errors.UndefinedTable as exc:
                 await conn.rollback()
                 raise SchemaOutdated(
@@ -185,13 +189,14 @@ class Database:
                     f"this login cannot read {self.schema}.schema_migrations: run `memarc migrate`"
                 ) from exc
             await conn.rollback()
-        version = row["v"] if row else 0
-        if version < expected:
+        version, newest = max(applied, default=0), max(expected, default=0)
+        missing = sorted(expected - applied)
+        if missing and version <= newest:
             raise SchemaOutdated(
-                f"schema {self.schema!r} is at version {version}, this code needs {expected}: "
-                "run `memarc migrate`"
+                f"schema {self.schema!r} lacks migration(s) "
+                f"{', '.join(f'{v:03d}' for v in missing)} that this code needs: run `memarc migrate`"
             )
-        if version > expected:
+        if version > newest:
             raise SchemaOutdated(
-                f"schema {self.schema!r} is at version {version}, newer than this code ({expected})"
+                f"schema {self.schema!r} is at version {version}, newer than this code ({newest})"
             )

@@ -60,7 +60,15 @@ async def test_runtime_refuses_a_missing_or_outdated_schema(empty_db):
             await db.check_schema()
         migrate(empty_db, "memory")
         await db.check_schema()
+        # a gap below the newest applied migration (branches merged in another order) is outdated
         with psycopg.connect(empty_db) as conn:
+            row = conn.execute("DELETE FROM memory.schema_migrations WHERE version = 2 "
+                               "RETURNING version, name, checksum").fetchone()
+        with pytest.raises(SchemaOutdated, match="lacks migration.s. 002"):
+            await db.check_schema()
+        with psycopg.connect(empty_db) as conn:
+            conn.execute("INSERT INTO memory.schema_migrations (version, name, checksum) "
+                         "VALUES (%s, %s, %s)", row)
             conn.execute("DELETE FROM memory.schema_migrations WHERE version = %s",
                          [expected_schema_version()])
         with pytest.raises(SchemaOutdated, match="memarc migrate"):
