@@ -50,7 +50,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ArchiveError
+from .errors import Unavailable
 
 MARKER = "[REDACTED:{kind}]"
 #: Default longest text the filter accepts (characters).
@@ -59,10 +59,11 @@ DEFAULT_MAX_CHARS = 500_000
 MAX_PASSES = 3
 
 
-class PrivacyFilterFailed(ArchiveError):
-    """The privacy filter could not redact a text; nothing was sent to the embedder or the index."""
+class PrivacyFilterFailed(Unavailable):
+    """The privacy filter could not redact a text; nothing was sent to the embedder or the index.
 
-    status = 500
+    A 503 like any other part of the pipeline that cannot safely proceed (fail closed)."""
+
     code = "privacy_filter_failed"
 
 
