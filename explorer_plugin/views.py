@@ -26,6 +26,7 @@ from shared.errors import ArchiveError, BadRequest, Forbidden, InvalidInput, Una
 from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MAX_QUERY, MAX_TOP, ORIGINS, Card,
                            SearchRequest)
 from shared.models import convert as convert_model
+from shared.models import parse_time_bound
 from shared.recall import recall
 from shared.repository import SORTS, ListQuery
 
@@ -246,15 +247,7 @@ SINGLE_FILTERS = ("database", "schema", "table", "column")
 
 
 def _date_arg(request: Any, name: str) -> datetime | None:
-    raw = (request.args.get(name) or "").strip()
-    if not raw:
-        return None
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError:
-        raise InvalidInput(f"{name} must be a date (YYYY-MM-DD) or an ISO timestamp",
-                           field=name) from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return parse_time_bound(name, request.args.get(name))
 
 
 def _list_query(request: Any) -> tuple[ListQuery, bool]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -70,6 +70,25 @@ def parse_card_id(card_id: str) -> uuid.UUID | None:
     """The UUID inside a ``mem-<UUID>`` id, or None when the text is not such an id."""
     m = CARD_ID_RE.match(card_id.strip().lower()) if isinstance(card_id, str) else None
     return uuid.UUID(m.group(1)) if m else None
+
+
+def parse_time_bound(name: str, raw: str | None) -> datetime | None:
+    """A list bound such as ``updated_after``: a date (``YYYY-MM-DD``, midnight UTC) or an ISO 8601
+    timestamp (UTC when it has no offset); empty means no bound.
+
+    :raises InvalidInput: neither a date nor a timestamp (names ``name``).
+    """
+    from .errors import InvalidInput
+
+    text = (raw or "").strip()
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a date (YYYY-MM-DD) or an ISO timestamp, not {text[:40]!r}",
+                           field=name) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 class Dependency(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=False):

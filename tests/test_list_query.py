@@ -69,6 +69,11 @@ async def test_filters_sorts_and_pagination(make_env):
                          "WHERE title LIKE 'Alpha%'")
         assert (await _titles(env, h, ids, updated_before="2021-01-01T00:00:00Z"))[0] == ["Alpha"]
         assert "Alpha" not in (await _titles(env, h, ids, updated_after="2021-01-01T00:00:00Z"))[0]
+        # a plain date is midnight UTC, as in the explorer and the CLI's --updated-after DATE
+        assert (await _titles(env, h, ids, updated_before="2020-01-02"))[0] == ["Alpha"]
+        assert "Alpha" not in (await _titles(env, h, ids, updated_after="2020-01-02"))[0]
+        r = await env.client.get(BASE, params={"updated_after": "last tuesday"}, headers=h)
+        assert r.status_code == 422 and r.json()["field"] == "updated_after", r.text
         # default order: most recently updated first, ties by id
         assert (await _titles(env, h, ids))[0][-1] == "Alpha"
         # gaps and bad values are refused

@@ -10,7 +10,6 @@ import gzip
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import psycopg
@@ -139,8 +138,10 @@ class MemoryController(Controller):
         schema: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
         table: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
         column: FromQuery[Annotated[str | None, Parameter(max_length=models.MAX_NAME)]] = None,
-        updated_after: FromQuery[datetime | None] = None,
-        updated_before: FromQuery[datetime | None] = None,
+        updated_after: FromQuery[Annotated[str | None, Parameter(
+            max_length=40, description="date (YYYY-MM-DD, UTC) or ISO 8601 timestamp")]] = None,
+        updated_before: FromQuery[Annotated[str | None, Parameter(
+            max_length=40, description="date (YYYY-MM-DD, UTC) or ISO 8601 timestamp")]] = None,
         sort: FromQuery[Literal["updated", "created", "title", "family"]] = "updated",
         desc: FromQuery[bool | None] = None,
         page: FromQuery[Annotated[int, Parameter(ge=1, le=1_000_000)]] = 1,
@@ -149,13 +150,15 @@ class MemoryController(Controller):
         """A page of cards. ``q``: text (case-insensitive substring of title or content) or a
         card id; ``family``, ``origin`` (any of), ``concepts`` (all of) repeatable; ``database``,
         ``schema``, ``table``, ``column``: one dependency entry carries them all;
-        ``updated_after`` / ``updated_before``: ISO timestamps; ``sort`` = updated (default,
+        ``updated_after`` / ``updated_before``: dates (UTC midnight) or ISO timestamps; ``sort`` = updated (default,
         newest first), created, title, family, ``desc`` reverses; ties by id. Errors: 401, 403,
         404 (workspace), 422."""
         query = ListQuery(q=q, family=list(family or []), origin=list(origin or []),
                           concepts=list(concepts or []), database=database, schema=schema,
-                          table=table, column=column, updated_after=updated_after,
-                          updated_before=updated_before, sort=sort, desc=desc, page=page,
+                          table=table, column=column,
+                          updated_after=models.parse_time_bound("updated_after", updated_after),
+                          updated_before=models.parse_time_bound("updated_before", updated_before),
+                          sort=sort, desc=desc, page=page,
                           per_page=per_page)
         return await archive.list_cards(principal, workspace_id, query)
 
