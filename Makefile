@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   - venv, install, `memarc up --demo` (embedded PostgreSQL/Redis/index, BIRD cards)
+#   make demo   - venv, install, `memarc up --demo` (embedded PostgreSQL/Redis/index, BIRD cards);
+#                 UP_ARGS="--port 8100 --explorer-port 8101" picks other ports
 #   make test   - venv, install, pytest (real PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
 PYTHON ?= python3
 VENV := .venv
@@ -23,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/memarc up --demo
+	$(BIN)/memarc up --demo $(UP_ARGS)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -96,3 +96,12 @@ def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any
     if row is None:
         raise NotFound(f"no active token {token_id!r}")
     return {"revoked": str(row["id"]), "workspace": row["workspace_id"]}
+
+
+def revoke_labelled_tokens(migrator_url: str, schema: str, workspace: str, label: str) -> int:
+    """Revoke every active token of ``workspace`` labelled ``label`` (e.g. the tokens an earlier
+    ``memarc up --demo`` printed) and return how many were revoked."""
+    with _connect(migrator_url, schema) as conn, conn.transaction():
+        _as_migrator(conn)
+        return len(conn.execute(Q.bootstrap_token_revoke_labelled,
+                                {"workspace": workspace, "label": label}).fetchall())

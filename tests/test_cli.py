@@ -64,6 +64,16 @@ async def test_card_commands_against_a_live_writer(make_env, tmp_path, monkeypat
             assert code == 0 and updated["card"]["revision"] == 2
             code, _, err = await cli("update", "--workspace", "acme", cid, "--data", str(data))
             assert code == 2 and json.loads(err)["code"] == "stale_revision"
+            # `memarc show` output, edited, is a valid update file (read-only fields are dropped)
+            code, shown, _ = await cli("show", "--workspace", "acme", cid)
+            shown["card"]["title"] = "Weeks start on Sunday (US)"
+            data.write_text(json.dumps(shown))
+            code, updated, _ = await cli("update", "--workspace", "acme", cid, "--data", str(data))
+            assert code == 0 and updated["card"]["revision"] == 3, updated
+            assert updated["card"]["title"] == "Weeks start on Sunday (US)"
+            data.write_text(json.dumps({**shown["card"], "revision": 3, "colour": "red"}))
+            code, _, err = await cli("update", "--workspace", "acme", cid, "--data", str(data))
+            assert code == 2 and "colour" in err  # a typo is still named by the API
             code, _, err = await cli("delete", "--workspace", "acme", cid)
             assert code == 2 and json.loads(err)["code"] == "confirmation_required"
             code, deleted, _ = await cli("delete", "--workspace", "acme", cid, "--yes")

@@ -71,6 +71,22 @@ def _read_json_file(path: str) -> Any:
         raise CliError({"error": f"cannot read JSON from {path}: {exc}", "code": "bad_input"}) from exc
 
 
+#: Fields of a card as `memarc show` prints it that an update does not send (set by the archive).
+READ_ONLY_CARD_FIELDS = ("id", "workspace", "origin", "source", "created_at", "updated_at",
+                         "index_status")
+
+
+def _editable(document: Any) -> Any:
+    """The body of an update from a card file: `memarc show` output (``{"card": …}``) or a card
+    is accepted as is, without its read-only fields; anything else is sent unchanged (the API
+    names unknown fields)."""
+    if isinstance(document, dict) and isinstance(document.get("card"), dict) and "family" not in document:
+        document = document["card"]
+    if isinstance(document, dict):
+        document = {k: v for k, v in document.items() if k not in READ_ONLY_CARD_FIELDS}
+    return document
+
+
 class ApiClient:
     """Minimal client of the writer API for the card commands."""
 
@@ -248,7 +264,7 @@ def run(args: argparse.Namespace) -> Any:
         return api.call("POST", _mem(ws), json=_read_json_file(args.data),
                         params={"wait": args.wait} if args.wait else None)
     if cmd == "update":
-        return api.call("PUT", f"{_mem(ws)}/{args.card_id}", json=_read_json_file(args.data),
+        return api.call("PUT", f"{_mem(ws)}/{args.card_id}", json=_editable(_read_json_file(args.data)),
                         params={"wait": args.wait} if args.wait else None)
     if cmd == "delete":
         if not args.yes:

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from shared.admin import create_token, create_workspace
+from shared.admin import create_token, create_workspace, revoke_labelled_tokens
 from shared.auth import Principal
 from shared.config import Settings, load_settings
 from shared.migrate import login_of, migrate
@@ -78,7 +78,30 @@ class EmbeddedServices:
                 pass
 
 
-def _explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any]):
+def _explorer_secret(settings: Settings) -> str:
+    """The explorer's signing secret, kept in the data dir (mode 0600) so that a sign-in cookie
+    survives a restart of ``memarc up`` (Datasette otherwise draws a new one at each start)."""
+    import secrets
+
+    path = Path(settings.data_dir) / "explorer_secret"
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(value)
+    return value
+
+
+def _explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any],
+                  secret: str | None = None):
+    """The Datasette explorer. ``secret`` signs actor cookies: the data dir's in ``memarc up``,
+    else ``DATASETTE_SECRET`` (Datasette's own variable), else a new one per start."""
     from datasette.app import Datasette
 
     metadata = {
@@ -87,7 +110,8 @@ def _explorer_app(settings: Settings, resources: Resources | None, workspaces: d
                                          "schema": settings.db_schema,
                                          "workspaces": workspaces}},
     }
-    ds = Datasette(memory=False, metadata=metadata, settings={"base_url": "/"})
+    ds = Datasette(memory=False, metadata=metadata, settings={"base_url": "/"},
+                   secret=secret or os.environ.get("DATASETTE_SECRET") or None)
     if resources is not None:
         ds.memarc_resources = resources
     return ds
@@ -271,12 +295,15 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         token = None
         if demo_workspace:
             create_workspace(settings.migrator_database_url, settings.db_schema, demo_workspace, "en")
+            # one live demo token at a time: the previous start's is revoked, this one printed
+            revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema,
+                                   demo_workspace, "memarc up demo")
             token = create_token(settings.migrator_database_url, settings.db_schema,
                                  demo_workspace, ["memory.manage", "memory.review"],
                                  label="memarc up demo")
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
-        ds = _explorer_app(settings, resources, {})
+        ds = _explorer_app(settings, resources, {}, secret=_explorer_secret(settings))
         info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)

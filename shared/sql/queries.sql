@@ -250,6 +250,12 @@ UPDATE api_tokens SET revoked_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, workspace_id;
 
+-- name: bootstrap_token_revoke_labelled
+-- Revoke the active tokens of a workspace carrying a label (a process's own previous tokens).
+UPDATE api_tokens SET revoked_at = now()
+WHERE workspace_id = %(workspace)s AND label = %(label)s AND revoked_at IS NULL
+RETURNING id;
+
 -- name: projection_format_latest
 SELECT max(format) AS format FROM projection_formats;
 

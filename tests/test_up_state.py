@@ -1,0 +1,40 @@
+"""State that `memarc up` keeps across restarts: the explorer's signing secret and a single live
+demo token."""
+
+from __future__ import annotations
+
+import stat
+
+from datasette.app import Datasette
+
+from shared.admin import revoke_labelled_tokens
+from shared.config import load_settings
+from writer.runner import _explorer_app, _explorer_secret
+
+
+def test_the_explorer_secret_survives_a_restart_and_is_private(tmp_path):
+    settings = load_settings({}, data_dir=str(tmp_path / "state"))
+    first = _explorer_secret(settings)
+    assert len(first) == 64 and _explorer_secret(settings) == first
+    path = tmp_path / "state" / "explorer_secret"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # a cookie signed by one start is read by the next
+    a = _explorer_app(settings, None, {}, secret=first)
+    b = _explorer_app(settings, None, {}, secret=_explorer_secret(settings))
+    cookie = a.sign({"a": {"id": "root"}}, "actor")
+    assert b.unsign(cookie, "actor") == {"a": {"id": "root"}}
+    assert isinstance(a, Datasette)
+
+
+async def test_a_new_demo_start_revokes_the_previous_demo_token(make_env):
+    async with make_env() as env:
+        env.workspace("bird")
+        old = env.token("bird", "memory.manage", label="memarc up demo")
+        other = env.token("bird", "memory.manage", label="analyst")
+        base = "/api/workspaces/bird/memory"
+        assert (await env.client.get(f"{base}/status", headers=old)).status_code == 200
+        assert revoke_labelled_tokens(env.migrator_url, "memory", "bird", "memarc up demo") == 1
+        r = await env.client.get(f"{base}/status", headers=old)
+        assert r.status_code == 401 and r.json()["code"] == "unauthorized", r.text
+        assert (await env.client.get(f"{base}/status", headers=other)).status_code == 200
+        assert revoke_labelled_tokens(env.migrator_url, "memory", "bird", "memarc up demo") == 0
