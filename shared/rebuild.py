@@ -19,6 +19,7 @@ cards table. It is also the recovery for a collection whose vector configuration
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -83,6 +84,18 @@ def _diff(current: dict[uuid.UUID, int], written: dict[uuid.UUID, int]) -> list[
     changed = [i for i, rev in current.items() if written.get(i) != rev]
     gone = [i for i in written if i not in current]
     return sorted(changed + gone, key=str)
+
+
+async def _release(db: Database, index: IndexEngine, workspace: str, rebuild_id: uuid.UUID,
+                   target: str | None) -> None:
+    """Put an interrupted rebuild back in the queue and drop its unfinished collection."""
+    if target is not None:
+        try:
+            await index.drop_collection(target)
+        except Exception:  # left for the next rebuild's switch to replace; never fatal here
+            log.warning("could not drop the interrupted rebuild's collection %s", target)
+    async with db.transaction(workspace) as conn:
+        await conn.execute(Q.rebuild_release, {"id": rebuild_id})
 
 
 async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
@@ -155,6 +168,12 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                                              verb="index", outcome="ok",
                                              detail=msgspec.to_builtins(summary))
         return row
+    except asyncio.CancelledError:
+        # a graceful stop (or a job timeout): give the rebuild back to the queue at once instead
+        # of leaving it "running" until its lease expires, and drop the half-built collection
+        log.warning("index rebuild of %s interrupted; it is queued again", workspace)
+        await asyncio.shield(_release(db, index, workspace, rebuild_id, target))
+        raise
     except Exception as exc:
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         log.warning("index rebuild of %s failed: %s", workspace, message)

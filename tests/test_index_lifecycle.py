@@ -317,3 +317,52 @@ async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(ma
         assert points[uuid.UUID(card["id"][4:])]["revision"] == revision
         res = await _search(env, h, "on which day are invoices issued")
         assert res["results"][0]["card"]["content"]["rule"] == "Invoices are issued on day 31."
+
+
+async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(make_env, monkeypatch):
+    """A graceful stop cancels a running rebuild: it goes back to `queued` at once (not `running`
+    until its lease expires), its half-built collection is dropped, and the next worker run
+    completes it."""
+    import shared.rebuild as rebuild
+    from shared.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        index = env.resources.index
+        started = asyncio.Event()
+        original_write = rebuild._write
+        targets = []
+
+        async def stall(*args, **kw):
+            await original_write(*args, **kw)
+            targets.append(args[5])  # _write(db, index, embedder, workspace, language, target, …)
+            started.set()
+            await asyncio.sleep(3600)
+
+        monkeypatch.setattr(rebuild, "_write", stall)
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        task = asyncio.create_task(rebuild_index(env.resources.db, index, env.resources.embedder,
+                                                 "acme", rid))
+        await asyncio.wait_for(started.wait(), 60)
+        row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
+        assert row["status"] == "running"
+        half_built = targets[0]
+        assert set(await index.scroll_ids("acme", half_built)) == {uuid.UUID(c["id"][4:]) for c in cards}
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
+        assert row["status"] == "queued" and row["done"] == 0, row
+        assert await index.scroll_ids("acme", half_built) == {}
+        if isinstance(index, QdrantEdgeEngine):
+            assert not (index.root / half_built).exists()
+        monkeypatch.setattr(rebuild, "_write", original_write)
+        await env.drain()  # the worker's start-up sweep re-enqueues the queued rebuild
+        row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
+        assert row["status"] == "done" and row["summary"]["written"] == 3, row
+        res = await _search(env, h)
+        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)

@@ -300,6 +300,12 @@ SET status = %(status)s, summary = %(summary)s, error = %(error)s, finished_at =
 WHERE id = %(id)s
 RETURNING *;
 
+-- name: rebuild_release
+-- A rebuild interrupted by a graceful stop goes back to the queue (the sweep restarts it).
+UPDATE index_rebuilds
+SET status = 'queued', done = 0, collection = NULL, lease_expires_at = NULL
+WHERE id = %(id)s AND status = 'running';
+
 -- name: rebuild_get
 SELECT * FROM index_rebuilds WHERE id = %(id)s;
 
