@@ -35,6 +35,13 @@ class BadRequest(ArchiveError):
     code = "bad_request"
 
 
+class UnsupportedEncoding(ArchiveError):
+    """The body's content encoding is not supported."""
+
+    status = 415
+    code = "unsupported_encoding"
+
+
 class Unauthorized(ArchiveError):
     """A valid bearer token is required."""
 

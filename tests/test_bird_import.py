@@ -46,6 +46,16 @@ async def test_full_import_yields_all_families_with_physical_dependencies(make_e
         r = await env.client.post("/api/workspaces/bird/memory/import", content=bad,
                                   headers={**h, "Content-Type": "application/x-ndjson"})
         assert r.status_code == 422 and "line 1" in r.json()["detail"]
+        # other encodings are refused, broken gzip is 400, and a gzip bomb stops at the limit
+        for encoding, body, status in (("br", bad, 415), ("gzip", b"not gzip", 400),
+                                       ("gzip", gzip.compress(b"\n" * (300 * 1024 * 1024)), 400),
+                                       ("gzip", gzip.compress(bad)[:-6], 400)):
+            r = await env.client.post("/api/workspaces/bird/memory/import", content=body, headers={
+                **h, "Content-Type": "application/x-ndjson", "Content-Encoding": encoding})
+            assert r.status_code == status, (encoding, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+        with psycopg.connect(env.migrator_url) as conn:
+            assert conn.execute("SELECT count(*) FROM memory.cards").fetchone()[0] == len(lines)
 
 
 async def test_reworded_question_finds_its_solved_question_first(make_env):
