@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody, Parameter
@@ -20,6 +20,7 @@ from shared.auth import Principal
 from shared.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
 from shared.workflow import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
                              SolvedIndexResult, Summary, Workflow)
+from writer.auth import authorize, provide_principal
 
 REPLAYED = "Idempotent-Replayed"
 
@@ -38,16 +39,6 @@ async def provide_schema_changes(state: State) -> SchemaChanges:
     return SchemaChanges(state.archive.db, state.archive.queue)
 
 
-async def provide_principal(request: Request, state: State) -> Principal:
-    """The caller's principal, authenticated exactly as the card routes do.
-
-    :raises Unauthorized: missing, unknown, revoked or expired token.
-    """
-    from writer.app import provide_principal as authenticate  # writer.app imports this module
-
-    return await authenticate(request, state)
-
-
 def _replayed(content: object, replayed: bool) -> Response:
     return Response(content=content, headers={REPLAYED: "true"} if replayed else None)
 
@@ -59,8 +50,11 @@ class SessionController(Controller):
     dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
     tags = ["workflow"]
     security = [{"bearer": []}]
+    guards = [authorize]
+    opt = {"permission": "memory.review"}
 
-    @post("/proposals", summary="Store a session's proposals", status_code=201)
+    @post("/proposals", summary="Store a session's proposals", status_code=201,
+          opt={"activity": "propose"})
     async def propose(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId],
@@ -83,7 +77,8 @@ class SessionController(Controller):
         ``counts``; the ``review`` receipt once reviewed. Errors: 404 no proposals, 401, 403."""
         return await workflow.summary(principal, workspace_id, session_id)
 
-    @post("/review", summary="Apply a review (idempotent by review_id)", status_code=200)
+    @post("/review", summary="Apply a review (idempotent by review_id)", status_code=200,
+          opt={"activity": "review"})
     async def review(self, workflow: NamedDependency[Workflow],
                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                      session_id: FromPath[SessionId],
@@ -100,7 +95,7 @@ class SessionController(Controller):
         return _replayed(outcome.receipt, outcome.replayed)
 
     @post("/solved-index", summary="Re-queue the projection of a session's receipt",
-          status_code=202)
+          status_code=202, opt={"activity": "solved_index"})
     async def solved_index(self, workflow: NamedDependency[Workflow],
                            principal: NamedDependency[Principal],
                            workspace_id: FromPath[WorkspaceId],
@@ -119,8 +114,11 @@ class SchemaChangeController(Controller):
                     "principal": Provide(provide_principal)}
     tags = ["schema changes"]
     security = [{"bearer": []}]
+    guards = [authorize]
+    opt = {"permission": "memory.schema"}
 
-    @post("", summary="Clean up after removed tables and columns", status_code=200)
+    @post("", summary="Clean up after removed tables and columns", status_code=200,
+          opt={"activity": "schema_change"})
     async def apply(self, schema_changes: NamedDependency[SchemaChanges],
                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                     data: JSONBody[SchemaChangeRequest]) -> Response[SchemaChangeResult]:
