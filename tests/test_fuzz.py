@@ -2,7 +2,9 @@
 
 Every operation of ``/schema/openapi.json`` is called over real HTTP (uvicorn on loopback) with
 schema-conforming (positive) and schema-violating (negative) requests, with a valid token of the
-workspace and with hostile ones (none, garbage, another workspace's, too few permissions). For
+workspace and with hostile ones (the ``Authorization`` header Schemathesis generates from the
+security scheme, often none; a well-formed unknown token; another workspace's; too few
+permissions). For
 each response:
 
 - no 5xx;
@@ -11,7 +13,7 @@ each response:
 - a rejected request writes nothing: the row count of every table of the archive schema
   (enumerated from the catalogue) is unchanged, except at most one new ``activity`` row (the
   rejection's own record);
-- hostile tokens get exactly 401 (none, garbage), 404 (another workspace) or 403 (too few
+- hostile tokens get exactly 401 (generated, garbage), 404 (another workspace) or 403 (too few
   permissions) on the routes they may not use.
 
 ``?wait`` is pinned to 0: no projection worker runs here, so a generated ``wait=30`` would only
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +35,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from conftest import archive_row_counts, start_server, stop_server
 from writer.app import create_app
@@ -68,7 +72,7 @@ async def _seed(env) -> dict[str, Any]:
     r = await env.client.post(f"/api/workspaces/{WS}/memory/index", headers=full)
     assert r.status_code == 202, r.text
     return {"full": full, "other": other, "read": env.token(WS, "memory.read"),
-            "garbage": {"Authorization": "Bearer mat_" + "x" * 43}, "none": {},
+            "garbage": {"Authorization": "Bearer mat_" + "x" * 43}, "generated": {},
             "pins": {"workspace_id": WS, "card_id": cards[0], "session_id": "s1",
                      "rebuild_id": r.json()["id"]}}
 
@@ -98,8 +102,8 @@ def _fuzz(schema: Any, base_url: str, headers: dict[str, str], pins: dict[str, s
           counts: Callable[[], dict[str, int]], *, mode: GenerationMode, examples: int,
           expect: Callable[[tuple[str, str]], int | None] = lambda route: None,
           derandomize: bool = True) -> int:
-    """Fuzz every operation of ``schema``; returns the number of requests sent."""
-    sent = 0
+    """Fuzz every operation of ``schema``; returns the number of responses per status class."""
+    statuses: Counter[str] = Counter()
     for result in schema.get_all_operations():
         operation = result.ok()
         route = _route(operation)
@@ -113,19 +117,20 @@ def _fuzz(schema: Any, base_url: str, headers: dict[str, str], pins: dict[str, s
                   phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
         @given(case=strategy)
         def run(case: Any) -> None:
-            nonlocal sent
             if isinstance(case.query, dict) and "wait" in case.query:
                 case.query["wait"] = 0
             before = counts()
             response = case.call(base_url=base_url, headers=headers, timeout=60)
-            sent += 1
+            statuses[f"{response.status_code // 100}xx"] += 1
             _check(operation, response, before, counts(), expect(route))
+            if response.status_code < 300:  # a success has the documented shape
+                case.validate_response(response, checks=[response_schema_conformance])
 
         run()
-    return sent
+    return statuses
 
 
-async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, int]:
+async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, Counter[str]]:
     async with make_env() as env:
         seed = await _seed(env)
         server, task, base_url = await start_server(create_app(env.settings, env.resources))
@@ -140,13 +145,13 @@ async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, int
             pins = seed["pins"]
 
             def hostile(kind: str) -> Callable[[tuple[str, str]], int | None]:
-                if kind in ("none", "garbage"):
+                if kind in ("generated", "garbage"):
                     return lambda route: 401
                 if kind == "other":
                     return lambda route: 404
                 return lambda route: None if route in READ_ROUTES else 403
 
-            def work() -> dict[str, int]:
+            def work() -> dict[str, Counter[str]]:
                 sent = {}
                 for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
                     # generated path parameters (unknown cards, sessions, workspaces) ...
@@ -157,7 +162,7 @@ async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, int
                     sent[f"full/{mode.value}/pinned"] = _fuzz(
                         schema, base_url, seed["full"], pins, counts, mode=mode,
                         examples=examples, derandomize=derandomize)
-                for kind in ("none", "garbage", "other", "read"):
+                for kind in ("generated", "garbage", "other", "read"):
                     sent[kind] = _fuzz(schema, base_url, seed[kind], pins, counts,
                                        mode=GenerationMode.POSITIVE,
                                        examples=max(2, examples // 5), expect=hostile(kind),
@@ -170,7 +175,8 @@ async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, int
                 conn.close()
         finally:
             await stop_server(server, task)
-    print("fuzz requests sent:", sent, "total", sum(sent.values()))
+    for run, statuses in sent.items():
+        print(f"fuzz {run}: {sum(statuses.values())} requests, {dict(sorted(statuses.items()))}")
     return sent
 
 
@@ -178,7 +184,10 @@ async def test_fuzz_every_operation(make_env):
     """Bounded run for ``make test``: a few deterministic examples per operation and mode."""
     sent = await _run_fuzz(make_env, examples=int(os.environ.get("MEMARC_FUZZ_QUICK", "6")),
                            derandomize=True)
-    assert sum(sent.values()) > 0 and all(n > 0 for n in sent.values()), sent
+    assert all(sum(n.values()) > 0 for n in sent.values()), sent
+    # valid requests reached the use cases and succeeded, hostile ones never did
+    assert sent["full/positive/pinned"]["2xx"] > 0, sent
+    assert all(sent[k]["2xx"] == 0 for k in ("generated", "garbage", "other")), sent
 
 
 @pytest.mark.fuzz_long
@@ -186,4 +195,4 @@ async def test_fuzz_long(make_env):
     """The long, randomised run (``pytest -m fuzz_long``)."""
     examples = int(os.environ.get("MEMARC_FUZZ_EXAMPLES", "200"))
     sent = await _run_fuzz(make_env, examples=examples, derandomize=False)
-    assert all(n > 0 for n in sent.values()), sent
+    assert all(sum(n.values()) > 0 for n in sent.values()), sent

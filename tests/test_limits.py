@@ -84,6 +84,24 @@ def _problem(r, limit: int, name: str) -> dict[str, Any]:
     return body
 
 
+async def test_an_unknown_query_parameter_is_refused_not_ignored(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await env.client.post(BASE, json=RULE, headers=h)
+        r = await env.client.get(BASE, params={"famly": "domain_clarification"}, headers=h)
+        assert r.status_code == 400 and r.json()["parameter"] == "famly", r.text
+        assert "family" in r.json()["detail"]  # the allowed names are listed
+        r = await env.client.post(BASE, params={"wiat": 5}, json=RULE, headers=h)
+        assert r.status_code == 400 and r.json()["code"] == "bad_request"
+        assert (await env.client.get(BASE, headers=h)).json()["total"] == 1  # nothing created
+        a = (await env.client.get(f"{BASE}/activity", headers=h)).json()["activity"][0]
+        assert (a["verb"], a["outcome"]) == ("create", "rejected:bad_request")
+        # without a valid token the caller learns nothing about parameters: 401 first
+        r = await env.client.get(BASE, params={"famly": "x"})
+        assert r.status_code == 401
+
+
 async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env):
     async with make_env() as env:
         env.workspace("acme")

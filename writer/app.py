@@ -34,7 +34,7 @@ from shared.repository import ListQuery
 from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
                             RetryResult, WriteResult)
 from shared.worker import Resources
-from writer.auth import authorize, principal_of, provide_principal
+from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
 from writer.workflow import SchemaChangeController, SessionController
 
 log = logging.getLogger("memarc.writer")
@@ -151,7 +151,7 @@ class MemoryController(Controller):
     dependencies = {"archive": Provide(provide_archive), "principal": Provide(provide_principal)}
     tags = ["memory"]
     security = [{"bearer": []}]
-    guards = [authorize]
+    guards = [authorize, reject_unknown_query]
     opt = {"permission": "memory.manage"}
 
     @get("", summary="List cards")

@@ -16,7 +16,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from shared.auth import Principal, authenticate
-from shared.errors import Unauthorized
+from shared.errors import BadRequest, Unauthorized
 
 PRINCIPAL_KEY = "memarc_principal"
 
@@ -66,3 +66,19 @@ async def provide_principal(request: Request) -> Principal:
     if principal is None:
         raise Unauthorized("this route is not behind the authorization guard")
     return principal
+
+
+async def reject_unknown_query(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Guard (after :func:`authorize`): a query parameter the route does not take is a 400, not
+    silently ignored (a misspelt list filter would otherwise answer an unfiltered page).
+
+    :raises BadRequest: an unknown query parameter (named, with the allowed ones).
+    """
+    allowed = set(handler.parsed_fn_signature.parameters) - {"archive", "principal", "data",
+                                                            "request", "workflow",
+                                                            "schema_changes"}
+    unknown = sorted(set(connection.query_params) - allowed)
+    if unknown:
+        names = ", ".join(sorted(allowed - set(connection.path_params))) or "none"
+        raise BadRequest(f"unknown query parameter {unknown[0]!r} (this route takes: {names})",
+                         parameter=unknown[0][:100])

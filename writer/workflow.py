@@ -20,7 +20,7 @@ from shared.auth import Principal
 from shared.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
 from shared.workflow import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
                              SolvedIndexResult, Summary, Workflow)
-from writer.auth import authorize, provide_principal
+from writer.auth import authorize, provide_principal, reject_unknown_query
 
 REPLAYED = "Idempotent-Replayed"
 
@@ -50,7 +50,7 @@ class SessionController(Controller):
     dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
     tags = ["workflow"]
     security = [{"bearer": []}]
-    guards = [authorize]
+    guards = [authorize, reject_unknown_query]
     opt = {"permission": "memory.review"}
 
     @post("/proposals", summary="Store a session's proposals", status_code=201,
@@ -114,7 +114,7 @@ class SchemaChangeController(Controller):
                     "principal": Provide(provide_principal)}
     tags = ["schema changes"]
     security = [{"bearer": []}]
-    guards = [authorize]
+    guards = [authorize, reject_unknown_query]
     opt = {"permission": "memory.schema"}
 
     @post("", summary="Clean up after removed tables and columns", status_code=200,
