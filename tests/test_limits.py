@@ -286,3 +286,27 @@ async def test_every_mutating_route_records_success_and_rejection(make_env):
                     assert a["outcome"] == f"rejected:{r.json()['code']}", (key, a, r.text)
                 if card_id and path.endswith(card_id):
                     assert a["card_id"] == card_id, (key, a)
+
+
+async def test_a_failed_mutation_is_recorded_as_failed(make_env):
+    """A use case that fails on a dependency (here: no index in this process) leaves a
+    ``failed:<code>`` record; the shared core records it, whatever surface called it."""
+    from shared.auth import Principal
+    from shared.errors import IndexUnavailable
+    from shared.service import Archive
+
+    async with make_env() as env:
+        env.workspace("acme")
+        archive = Archive(env.settings, env.resources.db, env.resources.queue, index=None)
+        who = Principal(workspace="acme", permissions=frozenset({"memory.manage"}),
+                        actor="test:operator")
+        try:
+            await archive.repair_index(who, "acme")
+        except IndexUnavailable:
+            pass
+        else:
+            raise AssertionError("repair_index without an index must fail")
+        with psycopg.connect(env.migrator_url) as conn:
+            rows = conn.execute("SELECT actor, verb, outcome, at IS NOT NULL FROM memory.activity"
+                                ).fetchall()
+        assert rows == [("test:operator", "audit-repair", "failed:index_unavailable", True)]
