@@ -34,12 +34,12 @@ from shared.repository import ListQuery
 from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
                             RetryResult, WriteResult)
 from shared.worker import Resources
+from writer.problems import PROBLEM, PROBLEM_RESPONSES
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
 from writer.workflow import SchemaChangeController, SessionController
 
 log = logging.getLogger("memarc.writer")
 
-PROBLEM = "application/problem+json"
 _HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
                413: "request_too_large", 401: "unauthorized", 403: "forbidden"}
 MAX_IMPORT_BYTES = 64_000_000
@@ -154,7 +154,7 @@ class MemoryController(Controller):
     guards = [authorize, reject_unknown_query]
     opt = {"permission": "memory.manage"}
 
-    @get("", summary="List cards")
+    @get("", responses=PROBLEM_RESPONSES, summary="List cards")
     async def list_cards(
         self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
         workspace_id: FromPath[WorkspaceId],
@@ -186,7 +186,8 @@ class MemoryController(Controller):
                           per_page=per_page)
         return await archive.list_cards(principal, workspace_id, query)
 
-    @post("", summary="Create a card", status_code=201, opt={"activity": "create"})
+    @post("", responses=PROBLEM_RESPONSES,
+          summary="Create a card", status_code=201, opt={"activity": "create"})
     async def create_card(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                           workspace_id: FromPath[WorkspaceId], data: JSONBody[CardWrite],
                           wait: FromQuery[Wait] = None) -> WriteResult:
@@ -195,7 +196,7 @@ class MemoryController(Controller):
         workspace's card included), 401, 403, 404, 503 ``database_unavailable``."""
         return await archive.create_card(principal, workspace_id, data, _wait(wait))
 
-    @get("/pending", summary="Incomplete index operations")
+    @get("/pending", responses=PROBLEM_RESPONSES, summary="Incomplete index operations")
     async def pending(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
                       limit: FromQuery[Annotated[int, Parameter(ge=1, le=1000)]] = 100,
@@ -204,7 +205,7 @@ class MemoryController(Controller):
         status, attempts, last error, age in seconds."""
         return await archive.pending(principal, workspace_id, limit, offset)
 
-    @get("/activity", summary="Activity log")
+    @get("/activity", responses=PROBLEM_RESPONSES, summary="Activity log")
     async def activity(
         self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
         workspace_id: FromPath[WorkspaceId],
@@ -220,13 +221,15 @@ class MemoryController(Controller):
         return await archive.activity(principal, workspace_id, verb=verb, card_id=card_id,
                                       outcome=outcome, limit=limit, offset=offset)
 
-    @get("/status", summary="Card and projection counts", opt={"permission": "memory.read"})
+    @get("/status", responses=PROBLEM_RESPONSES,
+         summary="Card and projection counts", opt={"permission": "memory.read"})
     async def status(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
         """Cards per family, how many have a current projection, open operations."""
         return await archive.status(principal, workspace_id)
 
-    @post("/index", summary="Rebuild the workspace's index", status_code=202,
+    @post("/index", responses=PROBLEM_RESPONSES,
+          summary="Rebuild the workspace's index", status_code=202,
           opt={"activity": "index"})
     async def start_rebuild(self, archive: NamedDependency[Archive],
                             principal: NamedDependency[Principal],
@@ -237,7 +240,7 @@ class MemoryController(Controller):
         rebuild is already queued or running."""
         return await archive.start_rebuild(principal, workspace_id)
 
-    @get("/index", summary="Latest index rebuild")
+    @get("/index", responses=PROBLEM_RESPONSES, summary="Latest index rebuild")
     async def latest_rebuild(self, archive: NamedDependency[Archive],
                              principal: NamedDependency[Principal],
                              workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
@@ -245,7 +248,7 @@ class MemoryController(Controller):
         summary or error. 404 when the workspace was never rebuilt."""
         return await archive.rebuild_status(principal, workspace_id)
 
-    @get("/index/{rebuild_id:str}", summary="One index rebuild")
+    @get("/index/{rebuild_id:str}", responses=PROBLEM_RESPONSES, summary="One index rebuild")
     async def rebuild(self, archive: NamedDependency[Archive],
                       principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
@@ -253,14 +256,15 @@ class MemoryController(Controller):
         """One tracked rebuild by id. Errors: 404."""
         return await archive.rebuild_status(principal, workspace_id, rebuild_id)
 
-    @get("/audit", summary="Audit the index against PostgreSQL")
+    @get("/audit", responses=PROBLEM_RESPONSES, summary="Audit the index against PostgreSQL")
     async def audit(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                     workspace_id: FromPath[WorkspaceId]) -> AuditReport:
         """Point-by-point comparison: ``missing``, ``stale``, ``orphan`` and ``misplaced`` card
         ids, plus counts. Errors: 503 ``index_unavailable``."""
         return await archive.audit(principal, workspace_id)
 
-    @post("/audit/repair", summary="Audit and queue the fixes", status_code=202,
+    @post("/audit/repair", responses=PROBLEM_RESPONSES,
+          summary="Audit and queue the fixes", status_code=202,
           opt={"activity": "audit-repair"})
     async def audit_repair(self, archive: NamedDependency[Archive],
                            principal: NamedDependency[Principal],
@@ -269,7 +273,7 @@ class MemoryController(Controller):
         orphan and misplaced points (``queued`` lists the operation ids)."""
         return await archive.repair_index(principal, workspace_id)
 
-    @post("/search", summary="Verified hybrid recall", status_code=200,
+    @post("/search", responses=PROBLEM_RESPONSES, summary="Verified hybrid recall", status_code=200,
           opt={"permission": "memory.read", "activity": None})  # a read: nothing to record
     async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
@@ -280,7 +284,8 @@ class MemoryController(Controller):
         ``database_unavailable`` (never an empty success)."""
         return await archive.search(principal, workspace_id, data)
 
-    @post("/import", summary="Import a cards file (JSON Lines)", status_code=201,
+    @post("/import", responses=PROBLEM_RESPONSES,
+          summary="Import a cards file (JSON Lines)", status_code=201,
           request_max_body_size=MAX_IMPORT_BYTES, opt={"activity": "import"})
     async def import_cards(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], request: Request,
                            workspace_id: FromPath[WorkspaceId]) -> ImportResult:
@@ -304,14 +309,15 @@ class MemoryController(Controller):
                     raise InvalidInput(f"line {n}: {exc.message}") from exc
         return await archive.import_cards(principal, workspace_id, cards)
 
-    @get("/{card_id:str}", summary="Show a card")
+    @get("/{card_id:str}", responses=PROBLEM_RESPONSES, summary="Show a card")
     async def show(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                    workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]) -> CardDetail:
         """The card, incoming links and open operations. 404 for a missing card and for a card
         of another workspace alike."""
         return await archive.get_card(principal, workspace_id, card_id)
 
-    @put("/{card_id:str}", summary="Update a card", opt={"activity": "update"})
+    @put("/{card_id:str}", responses=PROBLEM_RESPONSES,
+         summary="Update a card", opt={"activity": "update"})
     async def update(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
                      data: JSONBody[CardWrite], wait: FromQuery[Wait] = None) -> WriteResult:
@@ -319,7 +325,8 @@ class MemoryController(Controller):
         Errors: 409 ``stale_revision`` (nothing changed), 404, 422."""
         return await archive.update_card(principal, workspace_id, card_id, data, _wait(wait))
 
-    @delete("/{card_id:str}", summary="Delete a card", status_code=200, opt={"activity": "delete"})
+    @delete("/{card_id:str}", responses=PROBLEM_RESPONSES,
+            summary="Delete a card", status_code=200, opt={"activity": "delete"})
     async def remove(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
                      wait: FromQuery[Wait] = None) -> DeleteResult:
@@ -327,7 +334,8 @@ class MemoryController(Controller):
         removed by the worker. Errors: 404."""
         return await archive.delete_card(principal, workspace_id, card_id, _wait(wait))
 
-    @post("/{card_id:str}/retry", summary="Re-run a card's projection", status_code=202,
+    @post("/{card_id:str}/retry", responses=PROBLEM_RESPONSES,
+          summary="Re-run a card's projection", status_code=202,
           opt={"activity": "retry"})
     async def retry(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                     workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]) -> RetryResult:

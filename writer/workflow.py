@@ -20,6 +20,7 @@ from shared.auth import Principal
 from shared.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
 from shared.workflow import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
                              SolvedIndexResult, Summary, Workflow)
+from writer.problems import PROBLEM_RESPONSES
 from writer.auth import authorize, provide_principal, reject_unknown_query
 
 REPLAYED = "Idempotent-Replayed"
@@ -53,7 +54,8 @@ class SessionController(Controller):
     guards = [authorize, reject_unknown_query]
     opt = {"permission": "memory.review"}
 
-    @post("/proposals", summary="Store a session's proposals", status_code=201,
+    @post("/proposals", responses=PROBLEM_RESPONSES,
+          summary="Store a session's proposals", status_code=201,
           opt={"activity": "propose"})
     async def propose(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
@@ -68,7 +70,7 @@ class SessionController(Controller):
         409 session already reviewed or key reused with other content; 401, 403, 404."""
         return await workflow.propose(principal, workspace_id, session_id, data)
 
-    @get("/summary", summary="Reviewable summary of a session")
+    @get("/summary", responses=PROBLEM_RESPONSES, summary="Reviewable summary of a session")
     async def summary(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId]) -> Summary:
@@ -77,7 +79,8 @@ class SessionController(Controller):
         ``counts``; the ``review`` receipt once reviewed. Errors: 404 no proposals, 401, 403."""
         return await workflow.summary(principal, workspace_id, session_id)
 
-    @post("/review", summary="Apply a review (idempotent by review_id)", status_code=200,
+    @post("/review", responses=PROBLEM_RESPONSES,
+          summary="Apply a review (idempotent by review_id)", status_code=200,
           opt={"activity": "review"})
     async def review(self, workflow: NamedDependency[Workflow],
                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
@@ -94,7 +97,8 @@ class SessionController(Controller):
         outcome = await workflow.review(principal, workspace_id, session_id, data)
         return _replayed(outcome.receipt, outcome.replayed)
 
-    @post("/solved-index", summary="Re-queue the projection of a session's receipt",
+    @post("/solved-index", responses=PROBLEM_RESPONSES,
+          summary="Re-queue the projection of a session's receipt",
           status_code=202, opt={"activity": "solved_index"})
     async def solved_index(self, workflow: NamedDependency[Workflow],
                            principal: NamedDependency[Principal],
@@ -117,7 +121,8 @@ class SchemaChangeController(Controller):
     guards = [authorize, reject_unknown_query]
     opt = {"permission": "memory.schema"}
 
-    @post("", summary="Clean up after removed tables and columns", status_code=200,
+    @post("", responses=PROBLEM_RESPONSES,
+          summary="Clean up after removed tables and columns", status_code=200,
           opt={"activity": "schema_change"})
     async def apply(self, schema_changes: NamedDependency[SchemaChanges],
                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
