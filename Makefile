@@ -13,7 +13,7 @@ export MEMARC_DENSE_MODEL_PATH ?= $(SHARED_MODELS)/all-MiniLM-L6-v2-onnx
 export MEMARC_BM25_MODEL_PATH ?= $(SHARED_MODELS)/bm25
 endif
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test fuzz bench clean
 
 install: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The long Schemathesis run over every operation (MEMARC_FUZZ_EXAMPLES per operation and mode).
+fuzz: install
+	$(BIN)/python -m pytest -m fuzz_long -s tests/test_fuzz.py $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/recall_quality.py

@@ -32,6 +32,7 @@ from msgspec import Meta
 from psycopg.types.json import Jsonb
 
 from . import repository
+from .activity import audited, record_rejection
 from .auth import Principal
 from .db import Q, Database
 from .errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
@@ -149,15 +150,10 @@ class SchemaChanges:
 
     async def _reject(self, principal: Principal, workspace: str, run_id: str,
                       exc: ArchiveError) -> None:
-        try:
-            async with self.db.transaction(workspace) as conn:
-                await repository.record_activity(
-                    conn, workspace, actor=principal.actor, verb="schema_change",
-                    outcome=f"rejected:{exc.code}",
-                    detail={"run": run_id[:200], "message": exc.message[:500]})
-        except ArchiveError:
-            log.warning("could not record rejected schema change in %s", workspace)
+        await record_rejection(self.db, principal, workspace, "schema_change", exc,
+                               detail={"run": run_id[:200]})
 
+    @audited("schema_change")
     async def apply(self, principal: Principal, workspace: str,
                     req: SchemaChangeRequest) -> SchemaChangeOutcome:
         """Record the run, then delete the cards depending on the removed objects.

@@ -21,6 +21,7 @@ import msgspec
 from psycopg.types.json import Jsonb
 
 from . import repository
+from .activity import audited, record_rejection
 from .auth import Principal
 from .config import Settings
 from .db import Q, Database
@@ -122,15 +123,7 @@ class Archive:
     async def _reject(self, principal: Principal, workspace: str, verb: str,
                       card_uuid: uuid.UUID | None, exc: ArchiveError) -> None:
         """Record a rejected mutation in its own transaction (the only trace it leaves)."""
-        if workspace != principal.workspace:
-            return
-        try:
-            async with self.db.transaction(workspace) as conn:
-                await repository.record_activity(
-                    conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
-                    outcome=f"rejected:{exc.code}", detail={"message": exc.message[:500]})
-        except ArchiveError:
-            log.warning("could not record rejected %s in %s", verb, workspace)
+        await record_rejection(self.db, principal, workspace, verb, exc, card_uuid=card_uuid)
 
     async def _wait(self, workspace: str, card_uuid: uuid.UUID, seconds: float,
                     deleted: bool = False) -> str:
@@ -152,6 +145,7 @@ class Archive:
 
     # ---- card administration (memory.manage) ----
 
+    @audited("create")
     async def create_card(self, principal: Principal, workspace: str, body: CardWrite,
                           wait: float = 0.0) -> WriteResult:
         """Create a manual card; enqueue its projection after commit.
@@ -181,6 +175,7 @@ class Archive:
             card = await repository.get_card(conn, card_uuid)
         return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
 
+    @audited("update")
     async def update_card(self, principal: Principal, workspace: str, card_id: str,
                           body: CardWrite, wait: float = 0.0) -> WriteResult:
         """Replace a card's editable fields if ``body.revision`` is its current revision.
@@ -211,6 +206,7 @@ class Archive:
             card = await repository.get_card(conn, card_uuid)
         return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
 
+    @audited("delete")
     async def delete_card(self, principal: Principal, workspace: str, card_id: str,
                           wait: float = 0.0) -> DeleteResult:
         """Delete a card with its dependencies and every link into or out of it; queue the point
@@ -268,6 +264,7 @@ class Archive:
             rows, total = await repository.pending_ops(conn, limit, offset)
         return PendingPage(operations=rows, total=total)
 
+    @audited("retry")
     async def retry(self, principal: Principal, workspace: str, card_id: str) -> RetryResult:
         """Re-run a card's projection against its current state: re-queue its open operations
         (failed ones too), or queue a new upsert when the card has none. A retry for a deleted
@@ -318,6 +315,7 @@ class Archive:
 
     # ---- index lifecycle (memory.manage) ----
 
+    @audited("index")
     async def start_rebuild(self, principal: Principal, workspace: str) -> dict[str, Any]:
         """Queue a tracked rebuild of the workspace's projection (see :mod:`shared.rebuild`).
 
@@ -338,6 +336,8 @@ class Archive:
                     raise Conflict("a rebuild of this workspace is already queued or running",
                                    rebuild=str(active["id"]) if active else None) from exc
                 raise
+            await repository.record_activity(conn, workspace, actor=principal.actor, verb="index",
+                                             outcome="queued", detail={"rebuild": str(rebuild_id)})
         row["enqueued"] = await self.queue.enqueue_rebuild(workspace, rebuild_id)
         return row
 
@@ -376,6 +376,15 @@ class Archive:
             await self.queue.enqueue(workspace, report.queued)
         return report
 
+    @audited("audit-repair")
+    async def repair_index(self, principal: Principal, workspace: str) -> Any:
+        """:meth:`audit`, then queue the operations that fix what it found (an ``audit-repair``
+        activity record).
+
+        :raises IndexUnavailable: no index in this process, or it cannot be read.
+        """
+        return await self.audit(principal, workspace, repair=True)
+
     # ---- recall (memory.read) ----
 
     async def search(self, principal: Principal, workspace: str, req: SearchRequest):
@@ -393,6 +402,7 @@ class Archive:
 
     # ---- bulk import ----
 
+    @audited("import")
     async def import_cards(self, principal: Principal, workspace: str,
                            lines: Iterable[ImportCard]) -> ImportResult:
         """Create cards from a cards file in one transaction (all or nothing), through the same

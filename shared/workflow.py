@@ -31,6 +31,7 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from . import repository
+from .activity import audited, record_rejection
 from .auth import Principal
 from .db import Q, Database
 from .errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
@@ -528,19 +529,12 @@ class Workflow:
     async def _reject(self, principal: Principal, workspace: str, verb: str, session_id: str,
                       exc: ArchiveError) -> None:
         """Record a rejected request in its own transaction (the only trace it leaves)."""
-        if workspace != principal.workspace:
-            return
-        try:
-            async with self.db.transaction(workspace) as conn:
-                await repository.record_activity(
-                    conn, workspace, actor=principal.actor, verb=verb,
-                    outcome=f"rejected:{exc.code}",
-                    detail={"session": session_id[:200], "message": exc.message[:500]})
-        except ArchiveError:
-            log.warning("could not record rejected %s in %s", verb, workspace)
+        await record_rejection(self.db, principal, workspace, verb, exc,
+                               detail={"session": session_id[:200]})
 
     # ---- propose ----
 
+    @audited("propose")
     async def propose(self, principal: Principal, workspace: str, session_id: str,
                       req: ProposeRequest) -> ProposeResult:
         """Validate and store a batch of proposals of ``session_id``.
@@ -767,6 +761,7 @@ class Workflow:
 
     # ---- review ----
 
+    @audited("review")
     async def review(self, principal: Principal, workspace: str, session_id: str,
                      req: ReviewRequest) -> ReviewOutcome:
         """Apply a reviewer's selection atomically and record the receipt in the same
@@ -988,6 +983,7 @@ class Workflow:
 
     # ---- solved-index ----
 
+    @audited("solved_index")
     async def solved_index(self, principal: Principal, workspace: str,
                            session_id: str) -> SolvedIndexResult:
         """Re-queue the projection recorded by the session's review receipt: every card the

@@ -265,3 +265,23 @@ async def stop_server(server: Any, task: Any) -> None:
     """Stop a server started by :func:`start_server`."""
     server.should_exit = True
     await task
+
+
+def archive_tables(conn: psycopg.Connection, schema: str = "memory") -> list[str]:
+    """Every ordinary or partitioned table of the archive schema, from the catalogue."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", [schema])
+    return [r[0] for r in rows]
+
+
+def archive_row_counts(conn: psycopg.Connection, schema: str = "memory") -> dict[str, int]:
+    """Row count of every table of the archive schema (as the connection's role: a superuser
+    sees every workspace)."""
+    from psycopg import sql
+
+    tables = archive_tables(conn, schema)
+    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+        sql.SQL("(SELECT count(*) FROM {}.{})").format(sql.Identifier(schema), sql.Identifier(t))
+        for t in tables))
+    return dict(zip(tables, conn.execute(query).fetchone()))

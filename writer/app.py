@@ -19,11 +19,13 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+from litestar.types import Scope
 
 from shared import models
-from shared.auth import Principal, authenticate
+from shared.activity import record_rejection
+from shared.auth import FailedAuthLog, Principal
 from shared.config import Settings
-from shared.errors import (ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput, Unauthorized,
+from shared.errors import (ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput,
                            UnsupportedEncoding)
 from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
 from shared.audit import AuditReport
@@ -31,11 +33,14 @@ from shared.repository import ListQuery
 from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
                             RetryResult, WriteResult)
 from shared.worker import Resources
+from writer.problems import PROBLEM, PROBLEM_RESPONSES
+from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
 from writer.workflow import SchemaChangeController, SessionController
 
 log = logging.getLogger("memarc.writer")
 
-PROBLEM = "application/problem+json"
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+               413: "request_too_large", 401: "unauthorized", 403: "forbidden"}
 MAX_IMPORT_BYTES = 64_000_000
 
 WorkspaceId = Annotated[str, Parameter(description="Workspace id", max_length=63)]
@@ -72,11 +77,17 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
                            "bad_request", request)
         return problem(400, "The request could not be read.", str(exc.detail), "bad_request",
                        request, errors=errors)
-    codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
-             413: "request_too_large", 401: "unauthorized", 403: "forbidden"}
     titles = {400: "The request could not be read."}
-    response = problem(status, titles.get(status, str(exc.detail)), str(exc.detail),
-                       codes.get(status, "http_error"), request)
+    detail = str(exc.detail)
+    extra: dict[str, Any] = {}
+    if status == 413:  # name the limit that was exceeded
+        handler = request.scope.get("route_handler")
+        limit = handler.resolve_request_max_body_size() if handler is not None else None
+        if limit:
+            detail = f"the request body is larger than {limit:,} bytes (the limit of this route)"
+            extra = {"limit": limit}
+    response = problem(status, titles.get(status, str(exc.detail)), detail,
+                       _HTTP_CODES.get(status, "http_error"), request, **extra)
     for name, value in (exc.headers or {}).items():  # e.g. Allow on 405
         response.headers[name] = value
     return response
@@ -97,21 +108,35 @@ async def provide_archive(state: State) -> Archive:
     return state.archive
 
 
-async def provide_principal(request: Request, state: State) -> Principal:
-    """The caller's principal from ``Authorization: Bearer <token>``.
+async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
+    """``after_exception`` hook: a mutating route's error that ``shared`` did not record (a
+    missing permission, an unreadable body, a query parameter out of bounds, a body over the
+    size limit) is recorded as a rejected attempt of the route's activity verb
+    (``opt["activity"]``), when :func:`~writer.auth.authorize` admitted a principal."""
+    handler = scope.get("route_handler")
+    verb = handler.opt.get("activity") if handler is not None else None
+    principal = principal_of(scope)
+    workspace = (scope.get("path_params") or {}).get("workspace_id")
+    if not verb or principal is None or not isinstance(workspace, str) \
+            or getattr(exc, "activity_recorded", False):
+        return
+    if isinstance(exc, HTTPException) and not isinstance(exc, ArchiveError):
+        code = "bad_request" if isinstance(exc, ValidationException) else _HTTP_CODES.get(
+            exc.status_code, "http_error")
+        exc = BoundaryRejection(str(exc.detail), status=exc.status_code, code=code, cause=exc)
+    card = (scope.get("path_params") or {}).get("card_id")
+    archive: Archive = scope["litestar_app"].state.archive
+    await record_rejection(archive.db, principal, workspace, verb, exc,
+                           card_uuid=models.parse_card_id(card) if isinstance(card, str) else None)
 
-    :raises Unauthorized: missing, unknown, revoked or expired token.
-    """
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("send Authorization: Bearer <token>")
-    try:
-        return await authenticate(state.archive.db, token.strip())
-    except Unauthorized:
-        client = request.client.host if request.client else "?"
-        log.warning("failed authentication from %s on %s", client, request.url.path)
-        raise
+
+class BoundaryRejection(ArchiveError):
+    """The request was rejected before it reached the archive."""
+
+    def __init__(self, message: str, *, status: int, code: str, cause: Exception) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+        cause.activity_recorded = True  # type: ignore[attr-defined]
 
 
 def _wait(wait: float | None) -> float:
@@ -152,8 +177,10 @@ class MemoryController(Controller):
     dependencies = {"archive": Provide(provide_archive), "principal": Provide(provide_principal)}
     tags = ["memory"]
     security = [{"bearer": []}]
+    guards = [authorize, reject_unknown_query]
+    opt = {"permission": "memory.manage"}
 
-    @get("", summary="List cards")
+    @get("", responses=PROBLEM_RESPONSES, summary="List cards")
     async def list_cards(
         self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
         workspace_id: FromPath[WorkspaceId],
@@ -189,7 +216,8 @@ class MemoryController(Controller):
                           per_page=per_page)
         return await archive.list_cards(principal, workspace_id, query)
 
-    @post("", summary="Create a card", status_code=201)
+    @post("", responses=PROBLEM_RESPONSES,
+          summary="Create a card", status_code=201, opt={"activity": "create"})
     async def create_card(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                           workspace_id: FromPath[WorkspaceId], data: JSONBody[CardWrite],
                           wait: FromQuery[Wait] = None) -> WriteResult:
@@ -198,7 +226,7 @@ class MemoryController(Controller):
         workspace's card included), 401, 403, 404, 503 ``database_unavailable``."""
         return await archive.create_card(principal, workspace_id, data, _wait(wait))
 
-    @get("/pending", summary="Incomplete index operations")
+    @get("/pending", responses=PROBLEM_RESPONSES, summary="Incomplete index operations")
     async def pending(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
                       limit: FromQuery[Annotated[int, Parameter(ge=1, le=1000)]] = 100,
@@ -207,7 +235,7 @@ class MemoryController(Controller):
         status, attempts, last error, age in seconds."""
         return await archive.pending(principal, workspace_id, limit, offset)
 
-    @get("/activity", summary="Activity log")
+    @get("/activity", responses=PROBLEM_RESPONSES, summary="Activity log")
     async def activity(
         self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
         workspace_id: FromPath[WorkspaceId],
@@ -223,13 +251,16 @@ class MemoryController(Controller):
         return await archive.activity(principal, workspace_id, verb=verb, card_id=card_id,
                                       outcome=outcome, limit=limit, offset=offset)
 
-    @get("/status", summary="Card and projection counts")
+    @get("/status", responses=PROBLEM_RESPONSES,
+         summary="Card and projection counts", opt={"permission": "memory.read"})
     async def status(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
         """Cards per family, how many have a current projection, open operations."""
         return await archive.status(principal, workspace_id)
 
-    @post("/index", summary="Rebuild the workspace's index", status_code=202)
+    @post("/index", responses=PROBLEM_RESPONSES,
+          summary="Rebuild the workspace's index", status_code=202,
+          opt={"activity": "index"})
     async def start_rebuild(self, archive: NamedDependency[Archive],
                             principal: NamedDependency[Principal],
                             workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
@@ -239,7 +270,7 @@ class MemoryController(Controller):
         rebuild is already queued or running."""
         return await archive.start_rebuild(principal, workspace_id)
 
-    @get("/index", summary="Latest index rebuild")
+    @get("/index", responses=PROBLEM_RESPONSES, summary="Latest index rebuild")
     async def latest_rebuild(self, archive: NamedDependency[Archive],
                              principal: NamedDependency[Principal],
                              workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
@@ -247,7 +278,7 @@ class MemoryController(Controller):
         summary or error. 404 when the workspace was never rebuilt."""
         return await archive.rebuild_status(principal, workspace_id)
 
-    @get("/index/{rebuild_id:str}", summary="One index rebuild")
+    @get("/index/{rebuild_id:str}", responses=PROBLEM_RESPONSES, summary="One index rebuild")
     async def rebuild(self, archive: NamedDependency[Archive],
                       principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
@@ -255,22 +286,25 @@ class MemoryController(Controller):
         """One tracked rebuild by id. Errors: 404."""
         return await archive.rebuild_status(principal, workspace_id, rebuild_id)
 
-    @get("/audit", summary="Audit the index against PostgreSQL")
+    @get("/audit", responses=PROBLEM_RESPONSES, summary="Audit the index against PostgreSQL")
     async def audit(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                     workspace_id: FromPath[WorkspaceId]) -> AuditReport:
         """Point-by-point comparison: ``missing``, ``stale``, ``orphan`` and ``misplaced`` card
         ids, plus counts. Errors: 503 ``index_unavailable``."""
         return await archive.audit(principal, workspace_id)
 
-    @post("/audit/repair", summary="Audit and queue the fixes", status_code=202)
+    @post("/audit/repair", responses=PROBLEM_RESPONSES,
+          summary="Audit and queue the fixes", status_code=202,
+          opt={"activity": "audit-repair"})
     async def audit_repair(self, archive: NamedDependency[Archive],
                            principal: NamedDependency[Principal],
                            workspace_id: FromPath[WorkspaceId]) -> AuditReport:
         """As ``GET .../audit``, then queue upserts for missing and stale cards and deletions for
         orphan and misplaced points (``queued`` lists the operation ids)."""
-        return await archive.audit(principal, workspace_id, repair=True)
+        return await archive.repair_index(principal, workspace_id)
 
-    @post("/search", summary="Verified hybrid recall", status_code=200)
+    @post("/search", responses=PROBLEM_RESPONSES, summary="Verified hybrid recall", status_code=200,
+          opt={"permission": "memory.read", "activity": None})  # a read: nothing to record
     async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
         """Hybrid (dense + BM25, reciprocal rank fusion k = 60) search, verified against
@@ -280,8 +314,9 @@ class MemoryController(Controller):
         ``database_unavailable`` (never an empty success)."""
         return await archive.search(principal, workspace_id, data)
 
-    @post("/import", summary="Import a cards file (JSON Lines)", status_code=201,
-          request_max_body_size=MAX_IMPORT_BYTES)
+    @post("/import", responses=PROBLEM_RESPONSES,
+          summary="Import a cards file (JSON Lines)", status_code=201,
+          request_max_body_size=MAX_IMPORT_BYTES, opt={"activity": "import"})
     async def import_cards(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], request: Request,
                            workspace_id: FromPath[WorkspaceId]) -> ImportResult:
         """Create cards from a JSON Lines body (one card per line, ``key`` + card fields; links
@@ -298,14 +333,15 @@ class MemoryController(Controller):
                     raise InvalidInput(f"line {n}: {exc.message}") from exc
         return await archive.import_cards(principal, workspace_id, cards)
 
-    @get("/{card_id:str}", summary="Show a card")
+    @get("/{card_id:str}", responses=PROBLEM_RESPONSES, summary="Show a card")
     async def show(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                    workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]) -> CardDetail:
         """The card, incoming links and open operations. 404 for a missing card and for a card
         of another workspace alike."""
         return await archive.get_card(principal, workspace_id, card_id)
 
-    @put("/{card_id:str}", summary="Update a card")
+    @put("/{card_id:str}", responses=PROBLEM_RESPONSES,
+         summary="Update a card", opt={"activity": "update"})
     async def update(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
                      data: JSONBody[CardWrite], wait: FromQuery[Wait] = None) -> WriteResult:
@@ -313,7 +349,8 @@ class MemoryController(Controller):
         Errors: 409 ``stale_revision`` (nothing changed), 404, 422."""
         return await archive.update_card(principal, workspace_id, card_id, data, _wait(wait))
 
-    @delete("/{card_id:str}", summary="Delete a card", status_code=200)
+    @delete("/{card_id:str}", responses=PROBLEM_RESPONSES,
+            summary="Delete a card", status_code=200, opt={"activity": "delete"})
     async def remove(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
                      wait: FromQuery[Wait] = None) -> DeleteResult:
@@ -321,7 +358,9 @@ class MemoryController(Controller):
         removed by the worker. Errors: 404."""
         return await archive.delete_card(principal, workspace_id, card_id, _wait(wait))
 
-    @post("/{card_id:str}/retry", summary="Re-run a card's projection", status_code=202)
+    @post("/{card_id:str}/retry", responses=PROBLEM_RESPONSES,
+          summary="Re-run a card's projection", status_code=202,
+          opt={"activity": "retry"})
     async def retry(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                     workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]) -> RetryResult:
         """Re-queue the card's open (or failed) operations against its current state; for a
@@ -359,6 +398,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
             await res.close()
 
     state = State()
+    state.auth_failures = FailedAuthLog()
     if resources is not None:
         state.archive = Archive(settings, resources.db, resources.queue, resources.index,
                                 resources.embedder)
@@ -379,6 +419,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
                                          description="API token from `memarc token create`")}),
         ),
         request_max_body_size=models.MAX_BODY_BYTES,
+        after_exception=[record_boundary_rejection],
         debug=False,
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Response, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody, Parameter
@@ -20,6 +20,8 @@ from shared.auth import Principal
 from shared.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
 from shared.workflow import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
                              SolvedIndexResult, Summary, Workflow)
+from writer.problems import PROBLEM_RESPONSES
+from writer.auth import authorize, provide_principal, reject_unknown_query
 
 REPLAYED = "Idempotent-Replayed"
 
@@ -38,16 +40,6 @@ async def provide_schema_changes(state: State) -> SchemaChanges:
     return SchemaChanges(state.archive.db, state.archive.queue)
 
 
-async def provide_principal(request: Request, state: State) -> Principal:
-    """The caller's principal, authenticated exactly as the card routes do.
-
-    :raises Unauthorized: missing, unknown, revoked or expired token.
-    """
-    from writer.app import provide_principal as authenticate  # writer.app imports this module
-
-    return await authenticate(request, state)
-
-
 def _replayed(content: object, replayed: bool) -> Response:
     return Response(content=content, headers={REPLAYED: "true"} if replayed else None)
 
@@ -59,8 +51,12 @@ class SessionController(Controller):
     dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
     tags = ["workflow"]
     security = [{"bearer": []}]
+    guards = [authorize, reject_unknown_query]
+    opt = {"permission": "memory.review"}
 
-    @post("/proposals", summary="Store a session's proposals", status_code=201)
+    @post("/proposals", responses=PROBLEM_RESPONSES,
+          summary="Store a session's proposals", status_code=201,
+          opt={"activity": "propose"})
     async def propose(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId],
@@ -74,7 +70,7 @@ class SessionController(Controller):
         409 session already reviewed or key reused with other content; 401, 403, 404."""
         return await workflow.propose(principal, workspace_id, session_id, data)
 
-    @get("/summary", summary="Reviewable summary of a session")
+    @get("/summary", responses=PROBLEM_RESPONSES, summary="Reviewable summary of a session")
     async def summary(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId]) -> Summary:
@@ -83,7 +79,9 @@ class SessionController(Controller):
         ``counts``; the ``review`` receipt once reviewed. Errors: 404 no proposals, 401, 403."""
         return await workflow.summary(principal, workspace_id, session_id)
 
-    @post("/review", summary="Apply a review (idempotent by review_id)", status_code=200)
+    @post("/review", responses=PROBLEM_RESPONSES,
+          summary="Apply a review (idempotent by review_id)", status_code=200,
+          opt={"activity": "review"})
     async def review(self, workflow: NamedDependency[Workflow],
                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                      session_id: FromPath[SessionId],
@@ -99,8 +97,9 @@ class SessionController(Controller):
         outcome = await workflow.review(principal, workspace_id, session_id, data)
         return _replayed(outcome.receipt, outcome.replayed)
 
-    @post("/solved-index", summary="Re-queue the projection of a session's receipt",
-          status_code=202)
+    @post("/solved-index", responses=PROBLEM_RESPONSES,
+          summary="Re-queue the projection of a session's receipt",
+          status_code=202, opt={"activity": "solved_index"})
     async def solved_index(self, workflow: NamedDependency[Workflow],
                            principal: NamedDependency[Principal],
                            workspace_id: FromPath[WorkspaceId],
@@ -119,8 +118,12 @@ class SchemaChangeController(Controller):
                     "principal": Provide(provide_principal)}
     tags = ["schema changes"]
     security = [{"bearer": []}]
+    guards = [authorize, reject_unknown_query]
+    opt = {"permission": "memory.schema"}
 
-    @post("", summary="Clean up after removed tables and columns", status_code=200)
+    @post("", responses=PROBLEM_RESPONSES,
+          summary="Clean up after removed tables and columns", status_code=200,
+          opt={"activity": "schema_change"})
     async def apply(self, schema_changes: NamedDependency[SchemaChanges],
                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                     data: JSONBody[SchemaChangeRequest]) -> Response[SchemaChangeResult]:

@@ -1,0 +1,107 @@
+"""Activity records of rejected and failed attempts (DESIGN §8).
+
+Every state change writes an activity record (who, verb, card, outcome, time). A successful change
+writes it in its own transaction; a rejected or failed attempt writes it here, in a transaction of
+its own, so it is the only trace the attempt leaves. Three layers call this module and each
+attempt is recorded once (the exception carries ``activity_recorded``):
+
+- a use case that knows more about the rejection (the card, the session) records it itself;
+- :func:`audited` wraps every mutating use case of ``shared`` and records what escaped it (a
+  missing permission, a card id that is not one, a dependency that failed);
+- the writer's boundary records what never reached ``shared`` (an unreadable body, a query
+  parameter out of bounds, a body over the size limit).
+
+A principal of another workspace leaves no record: its attempt is not written into a workspace
+it cannot see (the writer answers 404, as for a missing workspace).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from . import repository
+from .auth import Principal
+from .db import Database
+from .errors import ArchiveError, DatabaseUnavailable
+from .models import parse_card_id
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def outcome_of(exc: BaseException) -> str:
+    """``rejected:<code>`` for a 4xx error, ``failed:<code>`` for anything else."""
+    if isinstance(exc, ArchiveError) and exc.status < 500:
+        return f"rejected:{exc.code}"
+    return f"failed:{getattr(exc, 'code', 'internal_error')}"
+
+
+async def record_rejection(db: Database, principal: Principal, workspace: str, verb: str,
+                           exc: BaseException, *, card_uuid: uuid.UUID | None = None,
+                           detail: dict[str, Any] | None = None) -> bool:
+    """Record a rejected or failed ``verb`` in its own transaction, once per exception.
+
+    Nothing is recorded when the principal belongs to another workspace, when the exception was
+    recorded already, or when PostgreSQL is the failing dependency (it cannot take the record).
+    A failure to record is logged, never raised: the caller re-raises the original error.
+
+    :returns: True when a record was written by this call.
+    """
+    if getattr(exc, "activity_recorded", False) or workspace != principal.workspace:
+        return False
+    try:
+        exc.activity_recorded = True  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - builtin exceptions without __dict__
+        pass
+    if isinstance(exc, (DatabaseUnavailable, psycopg.OperationalError, psycopg.InterfaceError)):
+        return False  # PostgreSQL is what failed: a record would only wait for the pool
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    try:
+        async with db.transaction(workspace) as conn:
+            await repository.record_activity(
+                conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
+                outcome=outcome_of(exc), detail={**(detail or {}), "message": message[:500]})
+    except Exception:  # noqa: BLE001 - the original error is what the caller reports
+        log.warning("could not record %s %s in %s", outcome_of(exc), verb, workspace)
+        return False
+    return True
+
+
+def audited(verb: str) -> Callable[[F], F]:
+    """Decorate a mutating use case ``(self, principal, workspace, ...)`` whose ``self`` has a
+    ``db``: any exception it raises is recorded as a rejected or failed ``verb`` (unless recorded
+    already), then re-raised. A ``card_id`` argument names the card; ``session_id`` and a body
+    with a ``run_id`` go into the detail."""
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await func(self, *args, **kwargs)
+            except Exception as exc:
+                bound = signature.bind_partial(self, *args, **kwargs).arguments
+                principal, workspace = bound.get("principal"), bound.get("workspace")
+                if isinstance(principal, Principal) and isinstance(workspace, str):
+                    card_id = bound.get("card_id")
+                    detail = {k: str(v)[:200] for k, v in (
+                        ("session", bound.get("session_id")),
+                        ("run", getattr(bound.get("req"), "run_id", None))) if v is not None}
+                    await record_rejection(
+                        self.db, principal, workspace, verb, exc, detail=detail,
+                        card_uuid=parse_card_id(card_id) if isinstance(card_id, str) else None)
+                raise
+
+        wrapper.activity_verb = verb  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,312 @@
+"""Input limits, failed authentications and the activity of every mutating route (DESIGN §8).
+
+- Each documented limit answers a 4xx problem-details body that names the limit, and writes
+  nothing but the rejection's own activity record.
+- Failed authentications are counted per client address and minute and logged with the address,
+  never the token.
+- Every mutating route (enumerated from the app's route table) writes an activity record (who,
+  verb, card, outcome, time) when it succeeds and when it is rejected.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from typing import Any
+
+import psycopg
+
+from conftest import archive_row_counts
+from shared import models
+from shared.auth import FailedAuthLog
+from shared.service import MAX_IMPORT_CARDS
+from writer.app import MAX_IMPORT_BYTES, create_app
+
+BASE = "/api/workspaces/acme/memory"
+SESSION = "/api/workspaces/acme/sessions/s1"
+RULE = {"family": "sql_rule", "title": "Fiscal year starts in April",
+        "content": {"rule": "The fiscal year starts on April 1st."}}
+
+
+def _rule(**extra: Any) -> dict[str, Any]:
+    return {**RULE, **extra}
+
+
+def _proposal(key: str) -> dict[str, Any]:
+    return {"key": key, "kind": "addition", "decisions": [{"id": "d", "status": "approved"}],
+            "family": "sql_rule", "title": f"Rule {key}", "content": {"rule": f"Rule {key}."}}
+
+
+def limit_cases(target: str) -> list[tuple[str, str, str, dict[str, Any], Any, int]]:
+    """(name, method, path, params, body, limit): one request just over each limit."""
+    link = [{"target": f"mem-00000000-0000-4000-8000-{i:012d}"} for i in range(51)]
+    big = "x" * (models.MAX_BODY_BYTES + 10)
+    return [
+        ("body size", "POST", BASE, {}, _rule(title="t", content={"rule": big}),
+         models.MAX_BODY_BYTES),
+        ("title length", "POST", BASE, {}, _rule(title="t" * 201), models.MAX_TITLE),
+        ("scope length", "POST", BASE, {}, _rule(scope="s" * 201), models.MAX_SCOPE),
+        ("content field length", "POST", BASE, {},
+         _rule(content={"rule": "r" * (models.MAX_TEXT + 1)}), models.MAX_TEXT),
+        ("sql length", "POST", BASE, {}, {"family": "solved_question", "title": "q",
+                                          "content": {"question": "q",
+                                                      "sql": "s" * (models.MAX_SQL + 1)}},
+         models.MAX_SQL),
+        ("concepts count", "POST", BASE, {}, _rule(concepts=[f"c{i}" for i in range(51)]),
+         models.MAX_CONCEPTS),
+        ("concept length", "POST", BASE, {}, _rule(concepts=["c" * 101]), models.MAX_CONCEPT),
+        ("dependencies count", "POST", BASE, {},
+         _rule(dependencies=[{"database": f"d{i}"} for i in range(51)]), models.MAX_DEPENDENCIES),
+        ("links count", "POST", BASE, {}, _rule(links=link), models.MAX_LINKS),
+        ("link fan-out of an update", "PUT", f"{BASE}/{target}", {},
+         _rule(links=link, revision=1), models.MAX_LINKS),
+        ("per_page", "GET", BASE, {"per_page": 101}, None, models.MAX_PER_PAGE),
+        ("list query length", "GET", BASE, {"q": "q" * 2001}, None, models.MAX_QUERY),
+        ("top", "POST", f"{BASE}/search", {}, {"query": "fiscal", "top": 101}, models.MAX_TOP),
+        ("query length", "POST", f"{BASE}/search", {}, {"query": "q" * 2001}, models.MAX_QUERY),
+        ("exclusions", "POST", f"{BASE}/search", {},
+         {"query": "fiscal", "exclude": [f"mem-{i}" for i in range(501)]}, models.MAX_EXCLUDE),
+        ("activity page", "GET", f"{BASE}/activity", {"limit": 501}, None, 500),
+        ("pending page", "GET", f"{BASE}/pending", {"limit": 1001}, None, 1000),
+        ("proposals per batch", "POST", f"{SESSION}/proposals", {},
+         {"proposals": [_proposal(f"k{i}") for i in range(101)]}, 100),
+    ]
+
+
+def _problem(r, limit: int, name: str) -> dict[str, Any]:
+    assert 400 <= r.status_code < 500, (name, r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/problem+json"), name
+    body = r.json()
+    assert {"type", "title", "status", "detail", "code"} <= set(body), name
+    text = json.dumps(body)
+    assert str(limit) in text or f"{limit:,}" in text, (name, text[:500])
+    return body
+
+
+async def test_an_unknown_query_parameter_is_refused_not_ignored(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await env.client.post(BASE, json=RULE, headers=h)
+        r = await env.client.get(BASE, params={"famly": "domain_clarification"}, headers=h)
+        assert r.status_code == 400 and r.json()["parameter"] == "famly", r.text
+        assert "family" in r.json()["detail"]  # the allowed names are listed
+        r = await env.client.post(BASE, params={"wiat": 5}, json=RULE, headers=h)
+        assert r.status_code == 400 and r.json()["code"] == "bad_request"
+        assert (await env.client.get(BASE, headers=h)).json()["total"] == 1  # nothing created
+        a = (await env.client.get(f"{BASE}/activity", headers=h)).json()["activity"][0]
+        assert (a["verb"], a["outcome"]) == ("create", "rejected:bad_request")
+        # without a valid token the caller learns nothing about parameters: 401 first
+        r = await env.client.get(BASE, params={"famly": "x"})
+        assert r.status_code == 401
+
+
+async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme", "memory.manage", "memory.review")
+        target = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
+        conn = psycopg.connect(env.migrator_url, autocommit=True)
+        try:
+            for name, method, path, params, body, limit in limit_cases(target):
+                before = archive_row_counts(conn)
+                r = await env.client.request(method, path, params=params, json=body, headers=h)
+                _problem(r, limit, name)
+                after = archive_row_counts(conn)
+                changed = {t: after[t] - before[t] for t in after if after[t] != before[t]}
+                expected = {"activity": 1} if method in ("POST", "PUT") and "search" not in path \
+                    else {}
+                assert changed == expected, (name, changed)
+            # an import: at most MAX_IMPORT_CARDS cards, and MAX_IMPORT_BYTES per body
+            lines = "\n".join(json.dumps({"key": f"k{i}", **RULE, "title": f"t{i}"})
+                              for i in range(MAX_IMPORT_CARDS + 1))
+            before = archive_row_counts(conn)
+            r = await env.client.post(f"{BASE}/import", content=gzip.compress(lines.encode()),
+                                      headers={**h, "Content-Encoding": "gzip"})
+            _problem(r, MAX_IMPORT_CARDS, "cards per import")
+            r = await env.client.post(f"{BASE}/import", content=b" " * (MAX_IMPORT_BYTES + 1),
+                                      headers=h)
+            body = _problem(r, MAX_IMPORT_BYTES, "import size")
+            assert r.status_code == 413 and body["limit"] == MAX_IMPORT_BYTES
+            after = archive_row_counts(conn)
+            assert {t: after[t] - before[t] for t in after if after[t] != before[t]} == {
+                "activity": 2}
+            rows = conn.execute("SELECT verb, outcome FROM memory.activity ORDER BY id DESC"
+                                " LIMIT 2").fetchall()
+            assert rows == [("import", "rejected:request_too_large"),
+                            ("import", "rejected:invalid_input")]
+        finally:
+            conn.close()
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_failed_authentications_are_counted_and_logged_without_the_token(make_env):
+    from conftest import start_server, stop_server
+
+    capture = _Capture()
+    logger = logging.getLogger("memarc")
+    logger.addHandler(capture)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with make_env() as env:
+            env.workspace("acme")
+            valid = env.token("acme")
+            secret = "mat_" + "S3cr3t" * 7
+            app = create_app(env.settings, env.resources)
+            server, task, url = await start_server(app)
+            try:
+                import httpx
+
+                async with httpx.AsyncClient(base_url=url) as http:
+                    bad = [{"Authorization": f"Bearer {secret}"}, {},
+                           {"Authorization": f"Basic {secret}"},
+                           {"Authorization": "Bearer " + "y" * 300}]
+                    for i in range(25):
+                        r = await http.get(BASE, headers=bad[i % len(bad)])
+                        assert r.status_code == 401 and secret not in r.text
+                        assert r.headers["www-authenticate"] == "Bearer"
+                    assert (await http.get(BASE, headers=valid)).status_code == 200
+            finally:
+                await stop_server(server, task)
+            assert app.state.auth_failures.failures("127.0.0.1") == 25
+            lines = [r for r in capture.records if r.name == "memarc.auth"]
+            assert len([r for r in lines if r.levelno == logging.WARNING]) == 25
+            assert [r.auth["failures_this_minute"] for r in lines
+                    if r.levelno == logging.WARNING] == list(range(1, 26))
+            assert all(r.auth["client"] == "127.0.0.1" for r in lines)
+            assert {r.auth["reason"] for r in lines} == {"unknown", "missing", "malformed"}
+            alerts = [r for r in lines if r.levelno == logging.ERROR]
+            assert len(alerts) == 1 and "auth_failure_rate client=127.0.0.1" in alerts[0].getMessage()
+            for record in capture.records:  # the token never reaches any log line
+                assert secret not in record.getMessage() and secret not in str(record.__dict__)
+            with psycopg.connect(env.migrator_url) as conn:
+                assert conn.execute("SELECT count(*) FROM memory.activity WHERE detail::text"
+                                    " LIKE %s", [f"%{secret}%"]).fetchone()[0] == 0
+    finally:
+        logger.removeHandler(capture)
+        logger.setLevel(old_level)
+
+
+def test_failed_auth_log_counts_per_minute_and_quotes_paths():
+    now = [600.0]
+    log = FailedAuthLog(alert_per_minute=2, clock=lambda: now[0])
+    capture = _Capture()
+    logging.getLogger("memarc.auth").addHandler(capture)
+    try:
+        assert [log.record("10.0.0.1", "unknown", "/a") for _ in range(3)] == [1, 2, 3]
+        assert log.record("10.0.0.2", "missing", "/a\nforged line") == 1
+        now[0] += 60
+        assert log.failures("10.0.0.1") == 0 and log.record("10.0.0.1", "unknown", "/a") == 1
+    finally:
+        logging.getLogger("memarc.auth").removeHandler(capture)
+    assert all("\n" not in r.getMessage() for r in capture.records)
+    assert sum(r.levelno == logging.ERROR for r in capture.records) == 1
+
+
+# ---- every mutating route writes an activity record ----
+
+def _mutating_routes(app) -> dict[tuple[str, str], str]:
+    out = {}
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            for method in handler.http_methods - {"GET", "HEAD", "OPTIONS"}:
+                assert "activity" in handler.opt, f"{method} {route.path}: declare opt['activity']"
+                if handler.opt["activity"]:
+                    out[(method, route.path)] = handler.opt["activity"]
+    return out
+
+
+async def test_every_mutating_route_records_success_and_rejection(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme", "memory.manage", "memory.review", "memory.schema")
+        routes = _mutating_routes(create_app(env.settings, env.resources))
+        card = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
+        m = "/api/workspaces/{workspace_id:str}/memory"
+        s = "/api/workspaces/{workspace_id:str}/sessions/{session_id:str}"
+        review = {"review_id": "r1", "selected": [{"key": "k1"}]}
+        reader = env.token("acme", "memory.read")
+        # (ok path, body; rejected path, body; card id it names[; headers of the rejected one])
+        plan: dict[tuple[str, str], tuple[Any, ...]] = {
+            ("POST", m): (BASE, _rule(title="Second"), BASE, _rule(title=" "), None),
+            ("PUT", m + "/{card_id:str}"): (f"{BASE}/{card}", _rule(revision=1),
+                                            f"{BASE}/{card}", _rule(revision=1), card),
+            ("POST", m + "/{card_id:str}/retry"): (f"{BASE}/{card}/retry", None,
+                                                   f"{BASE}/mem-nope/retry", None, card),
+            ("POST", m + "/import"): (f"{BASE}/import", json.dumps({"key": "a", **RULE}),
+                                      f"{BASE}/import", "{not json", None),
+            ("POST", m + "/index"): (f"{BASE}/index", None, f"{BASE}/index", None, None),
+            ("POST", m + "/audit/repair"): (f"{BASE}/audit/repair", None,  # by a reader: 403
+                                            f"{BASE}/audit/repair", None, None, reader),
+            ("POST", s + "/proposals"): (f"{SESSION}/proposals", {"proposals": [_proposal("k1")]},
+                                         f"{SESSION}/proposals", {"proposals": []}, None),
+            ("POST", s + "/review"): (f"{SESSION}/review", review, f"{SESSION}/review",
+                                      {"review_id": "r1", "decline_all": True}, None),
+            ("POST", s + "/solved-index"): (f"{SESSION}/solved-index", None,
+                                            "/api/workspaces/acme/sessions/none/solved-index",
+                                            None, None),
+            ("POST", "/api/workspaces/{workspace_id:str}/schema-changes"): (
+                "/api/workspaces/acme/schema-changes",
+                {"run_id": "x1", "database": "shop", "schema": "public",
+                 "removed_tables": ["gone"]},
+                "/api/workspaces/acme/schema-changes",
+                {"run_id": "x1", "database": "shop", "schema": "public",
+                 "removed_tables": ["other"]}, None),
+            ("DELETE", m + "/{card_id:str}"): (f"{BASE}/{card}", None, f"{BASE}/{card}", None,
+                                               card),
+        }
+        assert set(plan) == set(routes), set(plan) ^ set(routes)
+        order = [k for k in plan if k[0] != "DELETE"] + [k for k in plan if k[0] == "DELETE"]
+        for key in order:
+            ok_path, ok_body, bad_path, bad_body, card_id, *bad_headers = plan[key]
+            verb = routes[key]
+            for path, body, expect_ok, headers in ((ok_path, ok_body, True, h),
+                                                   (bad_path, bad_body, False,
+                                                    bad_headers[0] if bad_headers else h)):
+                kw = {"content": body} if isinstance(body, str) else {"json": body}
+                r = await env.client.request(key[0], path, headers=headers, **kw)
+                assert (r.status_code < 400) == expect_ok, (key, r.status_code, r.text)
+                a = (await env.client.get(f"{BASE}/activity", params={"limit": 1},
+                                          headers=h)).json()["activity"][0]
+                assert a["verb"] == verb, (key, a)
+                assert a["actor"].startswith("token:") and a["at"], (key, a)
+                if expect_ok:
+                    assert not a["outcome"].startswith(("rejected", "failed")), (key, a)
+                else:
+                    assert a["outcome"] == f"rejected:{r.json()['code']}", (key, a, r.text)
+                if card_id and path.endswith(card_id):
+                    assert a["card_id"] == card_id, (key, a)
+
+
+async def test_a_failed_mutation_is_recorded_as_failed(make_env):
+    """A use case that fails on a dependency (here: no index in this process) leaves a
+    ``failed:<code>`` record; the shared core records it, whatever surface called it."""
+    from shared.auth import Principal
+    from shared.errors import IndexUnavailable
+    from shared.service import Archive
+
+    async with make_env() as env:
+        env.workspace("acme")
+        archive = Archive(env.settings, env.resources.db, env.resources.queue, index=None)
+        who = Principal(workspace="acme", permissions=frozenset({"memory.manage"}),
+                        actor="test:operator")
+        try:
+            await archive.repair_index(who, "acme")
+        except IndexUnavailable:
+            pass
+        else:
+            raise AssertionError("repair_index without an index must fail")
+        with psycopg.connect(env.migrator_url) as conn:
+            rows = conn.execute("SELECT actor, verb, outcome, at IS NOT NULL FROM memory.activity"
+                                ).fetchall()
+        assert rows == [("test:operator", "audit-repair", "failed:index_unavailable", True)]

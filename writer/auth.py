@@ -1,0 +1,84 @@
+"""Authentication and authorisation at the writer's boundary (DESIGN §8).
+
+Every archive route has the :func:`authorize` guard, which Litestar runs before it reads the
+body or the query: an unauthenticated caller learns nothing about the request's shape (401
+before any 400), a token of another workspace gets 404 exactly like a missing workspace, and a
+token without the route's permission (``opt["permission"]``) gets 403. The principal is kept in
+the connection's scope for the handler's ``principal`` dependency; ``shared`` checks it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from shared.auth import Principal, authenticate
+from shared.errors import BadRequest, Unauthorized
+
+PRINCIPAL_KEY = "memarc_principal"
+
+
+def client_address(connection: ASGIConnection) -> str:
+    """The caller's address as the server saw it (``?`` when unknown)."""
+    return connection.client.host if connection.client else "?"
+
+
+def principal_of(scope: Any) -> Principal | None:
+    """The principal :func:`authorize` admitted for this request, if any."""
+    return (scope.get("state") or {}).get(PRINCIPAL_KEY)
+
+
+async def authorize(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Guard: authenticate ``Authorization: Bearer <token>``, then check the path's workspace and
+    the route's permission. A failed authentication is counted and logged with the caller's
+    address (never the token) by the app's :class:`~shared.auth.FailedAuthLog`.
+
+    :raises Unauthorized: missing, unknown, revoked or expired token (401).
+    :raises NotFound: the token belongs to another workspace (404).
+    :raises Forbidden: the token lacks ``opt["permission"]`` (403).
+    """
+    state = connection.app.state
+    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+    try:
+        if scheme.lower() != "bearer" or not token.strip():
+            exc = Unauthorized("send Authorization: Bearer <token>")
+            exc.reason = "missing"  # type: ignore[attr-defined]
+            raise exc
+        principal = await authenticate(state.archive.db, token.strip())
+    except Unauthorized as exc:
+        state.auth_failures.record(client_address(connection), getattr(exc, "reason", "?"),
+                                   connection.url.path)
+        raise
+    connection.scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
+    principal.require(str(connection.path_params.get("workspace_id", "")),
+                      handler.opt["permission"])
+
+
+async def provide_principal(request: Request) -> Principal:
+    """The principal admitted by :func:`authorize` (dependency of the archive routes).
+
+    :raises Unauthorized: the route has no :func:`authorize` guard (a wiring error).
+    """
+    principal = principal_of(request.scope)
+    if principal is None:
+        raise Unauthorized("this route is not behind the authorization guard")
+    return principal
+
+
+async def reject_unknown_query(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Guard (after :func:`authorize`): a query parameter the route does not take is a 400, not
+    silently ignored (a misspelt list filter would otherwise answer an unfiltered page).
+
+    :raises BadRequest: an unknown query parameter (named, with the allowed ones).
+    """
+    allowed = set(handler.parsed_fn_signature.parameters) - {"archive", "principal", "data",
+                                                            "request", "workflow",
+                                                            "schema_changes"}
+    unknown = sorted(set(connection.query_params) - allowed)
+    if unknown:
+        names = ", ".join(sorted(allowed - set(connection.path_params))) or "none"
+        raise BadRequest(f"unknown query parameter {unknown[0]!r} (this route takes: {names})",
+                         parameter=unknown[0][:100])
