@@ -30,6 +30,7 @@ async def _seed(env) -> tuple[dict, dict, dict, dict]:
     return ha, hb, a1, b1
 
 
+@pytest.mark.both_engines  # the leak test of issue 7: search results on both engines
 async def test_other_workspace_tokens_and_ids_see_nothing(make_env):
     async with make_env() as env:
         ha, hb, a1, b1 = await _seed(env)

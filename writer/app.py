@@ -33,7 +33,7 @@ from shared.repository import ListQuery
 from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
                             RetryResult, WriteResult)
 from shared.worker import Resources
-from writer.problems import PROBLEM, PROBLEM_RESPONSES
+from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
 from writer.workflow import SchemaChangeController, SessionController
 
@@ -314,7 +314,7 @@ class MemoryController(Controller):
         ``database_unavailable`` (never an empty success)."""
         return await archive.search(principal, workspace_id, data)
 
-    @post("/import", responses=PROBLEM_RESPONSES,
+    @post("/import", responses=IMPORT_PROBLEM_RESPONSES,
           summary="Import a cards file (JSON Lines)", status_code=201,
           request_max_body_size=MAX_IMPORT_BYTES, opt={"activity": "import"})
     async def import_cards(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], request: Request,

@@ -44,3 +44,9 @@ PROBLEM_RESPONSES: dict[int, Any] = {
     422: _spec("The request is well-formed but invalid (a bound or a rule, named in the body)."),
     503: _spec("A dependency is unavailable (code: database_unavailable, index_unavailable, ...)."),
 }
+
+#: The import route also refuses a content encoding other than gzip.
+IMPORT_PROBLEM_RESPONSES: dict[int, Any] = {
+    **PROBLEM_RESPONSES,
+    415: _spec("The body's Content-Encoding is neither gzip nor identity."),
+}
