@@ -307,8 +307,42 @@ SORTS: dict[str, tuple[str, bool]] = {  # column, descending by default
 FACETS = ("family", "origin", "concepts", "database", "table")
 
 
-def _list_where(query: ListQuery, skip: str | None = None) -> tuple[sql.Composable, dict[str, Any]]:
-    """WHERE clause and parameters of a listing; ``skip`` leaves out one facet's own filter.
+def _text_pattern(query: ListQuery) -> str | None:
+    """The ILIKE pattern of a text search (``q`` that is not a card id), else None."""
+    if not query.q or models.parse_card_id(query.q) is not None:
+        return None
+    return "%" + query.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+async def text_matches(conn: AsyncConnection, query: ListQuery) -> list[uuid.UUID] | None:
+    """Ids of the cards whose title or content contains ``query.q`` (case-insensitive), or None
+    when ``q`` is absent or a card id. One search serves every statement of a list page.
+
+    :raises InvalidInput: ``q`` out of bounds.
+    """
+    models.reject_nul(query.q, "q")
+    if query.q is not None and len(query.q) > models.MAX_QUERY:
+        raise InvalidInput(f"q is longer than {models.MAX_QUERY} characters", field="q")
+    pattern = _text_pattern(query)
+    if pattern is None:
+        return None
+    cur = await conn.execute(Q.card_text_matches, {"pattern": pattern})
+    return [row["id"] for row in await cur.fetchall()]
+
+
+def check_list_query(query: ListQuery) -> None:
+    """Check a listing's filters without running anything.
+
+    :raises InvalidInput: any filter out of bounds.
+    """
+    _list_where(query)
+
+
+def _list_where(query: ListQuery, skip: str | None = None,
+                matches: list[uuid.UUID] | None = None) -> tuple[sql.Composable, dict[str, Any]]:
+    """WHERE clause and parameters of a listing; ``skip`` leaves out one facet's own filter;
+    ``matches`` are the text search's ids from :func:`text_matches` (searched here otherwise).
+    No filter at all gives empty parameters.
 
     :raises InvalidInput: any filter out of bounds.
     """
@@ -336,10 +370,14 @@ def _list_where(query: ListQuery, skip: str | None = None) -> tuple[sql.Composab
         if card_uuid is not None:
             where.append(sql.SQL("c.id = %(q_id)s"))
             params["q_id"] = card_uuid
+        elif matches is not None:
+            where.append(sql.SQL("c.id = ANY(%(q_ids)s)"))
+            params["q_ids"] = matches
         else:
-            pattern = "%" + query.q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            where.append(sql.SQL("(c.title ILIKE %(q_like)s OR c.content::text ILIKE %(q_like)s)"))
-            params["q_like"] = pattern
+            # title or content ILIKE the pattern, through the owner function of migration 004
+            # (under row-level security ILIKE could not use the trigram indexes)
+            where.append(sql.SQL("c.id IN (SELECT card_text_matches(%(q_like)s))"))
+            params["q_like"] = _text_pattern(query)
     if query.family and skip != "family":
         where.append(sql.SQL("c.family = ANY(%(families)s)"))
         params["families"] = query.family
@@ -370,8 +408,10 @@ def _list_where(query: ListQuery, skip: str | None = None) -> tuple[sql.Composab
     return sql.SQL(" AND ").join(where), params
 
 
-async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card], int]:
-    """One page of cards in the requested order (ties by id) and the total count.
+async def list_cards(conn: AsyncConnection, query: ListQuery,
+                     matches: list[uuid.UUID] | None = None) -> tuple[list[Card], int]:
+    """One page of cards in the requested order (ties by id) and the total count. ``matches``:
+    the text search's ids when the caller already has them (:func:`text_matches`).
 
     :raises InvalidInput: page < 1, per_page outside 1..100, unknown sort, or a bad filter.
     """
@@ -381,7 +421,10 @@ async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card
         raise InvalidInput(f"per_page must be between 1 and {models.MAX_PER_PAGE}", field="per_page")
     if query.sort not in SORTS:
         raise InvalidInput(f"sort must be one of {', '.join(SORTS)}", field="sort")
-    cond, params = _list_where(query)
+    if matches is None:
+        check_list_query(query)  # every filter before the search
+        matches = await text_matches(conn, query)
+    cond, params = _list_where(query, matches=matches)
     total_row = await (await conn.execute(
         sql.SQL("SELECT count(*) AS n FROM cards c WHERE {}").format(cond), params)).fetchone()
     column, default_desc = SORTS[query.sort]
@@ -397,14 +440,21 @@ async def list_cards(conn: AsyncConnection, query: ListQuery) -> tuple[list[Card
     return [cards[i] for i in ids if i in cards], total_row["n"]
 
 
-async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30
-                       ) -> dict[str, dict[str, int]]:
+async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30,
+                       matches: list[uuid.UUID] | None = None) -> dict[str, dict[str, int]]:
     """Counts per value of each facet (:data:`FACETS`) over the cards matching every filter of
     ``query`` except the facet's own, so a count says how many cards selecting that value adds.
-    At most ``limit`` values per facet, most frequent first (ties by value)."""
+    At most ``limit`` values per facet, most frequent first (ties by value). ``matches`` as in
+    :func:`list_cards`.
+
+    :raises InvalidInput: a bad filter.
+    """
+    if matches is None:
+        check_list_query(query)
+        matches = await text_matches(conn, query)
     out: dict[str, dict[str, int]] = {}
     for facet in FACETS:
-        cond, params = _list_where(query, skip=facet)
+        cond, params = _list_where(query, skip=facet, matches=matches)
         params["facet_limit"] = limit
         if facet in ("family", "origin"):
             stmt = sql.SQL("SELECT c.{col} AS v, count(*) AS n FROM cards c WHERE {cond} "
@@ -420,10 +470,13 @@ async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30
                     continue  # tables are listed within a database
                 extra = sql.SQL(" AND d.database_name = %(facet_db)s")
                 params["facet_db"] = query.database
-            stmt = sql.SQL("SELECT d.{col} AS v, count(DISTINCT c.id) AS n FROM cards c "
-                           "JOIN card_dependencies d ON d.card_id = c.id "
-                           "WHERE {cond} AND d.{col} IS NOT NULL{extra} GROUP BY 1").format(
-                col=col, cond=cond, extra=extra)
+            # (value, card) pairs counted once each; without any other filter every card of
+            # the workspace counts, so the dependency rows alone answer
+            cards = sql.SQL("") if len(params) == 1 + ("facet_db" in params) else sql.SQL(
+                " AND d.card_id IN (SELECT c.id FROM cards c WHERE {})").format(cond)
+            stmt = sql.SQL("SELECT v, count(*) AS n FROM (SELECT DISTINCT d.{col} AS v, d.card_id "
+                           "FROM card_dependencies d WHERE d.{col} IS NOT NULL{extra}{cards}) p "
+                           "GROUP BY 1").format(col=col, extra=extra, cards=cards)
         stmt = sql.SQL("SELECT v, n FROM ({}) f ORDER BY n DESC, v LIMIT %(facet_limit)s").format(stmt)
         rows = await (await conn.execute(stmt, params)).fetchall()
         out[facet] = {r["v"]: r["n"] for r in rows}

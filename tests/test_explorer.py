@@ -104,6 +104,11 @@ async def test_workspaces_visible_only_with_permission(make_env, explorer):
         assert r.json() == {"workspaces": [{
             "id": "acme", "language": "en", "created_at": r.json()["workspaces"][0]["created_at"],
             "cards": 1, "current": 0, "open_operations": 1}]}
+        r = await get(ds, "/-/memory.csv")
+        assert csv_rows(r.text) == [{"id": "acme", "language": "en", "cards": "1", "current": "0",
+                                     "open_operations": "1",
+                                     "created_at": csv_rows(r.text)[0]["created_at"]}]
+        assert 'href="/-/memory.csv"' in (await get(ds, "/-/memory")).text
 
         # Every page of a workspace without access is a 404, worded like a missing workspace.
         missing = await get(ds, "/-/memory/nope")
@@ -287,6 +292,12 @@ async def test_card_detail(make_env, explorer):
         r = await get(ds, f"/-/memory/acme/{rule['id']}")
         assert 'Projection: <strong class="memarc-status-failed">failed</strong>' in r.text
         assert "qdrant said &lt;no&gt;" in r.text and "<dt>revision</dt><dd>2</dd>" in r.text
+        # concepts and dependencies link to the list filtered by them (one entry: every level)
+        assert '<a href="/-/memory/acme?concepts=revenue">revenue</a>' in r.text
+        dep = "/-/memory/acme?column=status&amp;database=shop&amp;schema=public&amp;table=orders"
+        assert f'<a href="{dep}"' in r.text
+        listed = await get(ds, dep.replace("&amp;", "&"))
+        assert rows(listed.text) == 1 and "Net revenue v2" in listed.text
         assert f"memarc retry --workspace acme {rule['id']}" in r.text
 
 
@@ -313,6 +324,18 @@ async def test_pending_page(make_env, explorer):
         table = csv_rows((await get(ds, "/-/memory/acme/-/pending.csv")).text)
         assert [(t["card_id"], t["status"], t["title"]) for t in table] == [
             (card["id"], "pending", "Churned customer")]
+
+        # pages keep their size in every link, with page numbers and a next page
+        more = [await create(env, "acme", dict(CHURN_DEF, title=f"More {i}"), h) for i in range(2)]
+        r = await get(ds, "/-/memory/acme/-/pending", _size=2)
+        assert "3 incomplete operations" in r.text and r.text.count('<td class="col-op">') == 2
+        assert '<a href="/-/memory/acme/-/pending?_size=2&amp;_page=2">Next page</a>' in r.text
+        assert 'href="/-/memory/acme/-/pending.json?_size=2"' in r.text
+        r = await get(ds, "/-/memory/acme/-/pending.json", _size=2, _page=2)
+        assert [op["card_id"] for op in r.json()["operations"]] == [more[1]["id"]]
+        r = await get(ds, "/-/memory/acme/-/activity", _size=2, verb="create")
+        assert '<a href="/-/memory/acme/-/activity?verb=create&amp;_size=2&amp;_page=2">Next page</a>' in r.text
+        assert 'href="/-/memory/acme/-/activity.csv?verb=create&amp;_size=2"' in r.text
 
         await env.drain()
         r = await get(ds, "/-/memory/acme/-/pending")
