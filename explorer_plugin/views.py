@@ -146,6 +146,20 @@ def _json(payload: Any, status: int = 200) -> Response:
                     content_type="application/json; charset=utf-8")
 
 
+def _list_json(request: Any, payload: dict[str, Any], key: str) -> Response:
+    """A list's JSON: the whole ``payload``, or with Datasette's ``_shape=array`` only the list
+    under ``key``.
+
+    :raises InvalidInput: another ``_shape``.
+    """
+    shape = (request.args.get("_shape") or "").strip()
+    if shape == "array":
+        return _json(payload[key])
+    if shape and shape != "objects":
+        raise InvalidInput("_shape must be objects (the default) or array", field="_shape")
+    return _json(payload)
+
+
 def _csv(request: Any, filename: str, header: Iterable[str], rows: Iterable[Iterable[Any]]) -> Response:
     """CSV as Datasette serves it: shown in the browser, or downloaded with ``_dl``."""
     buf = io.StringIO()
@@ -189,8 +203,8 @@ def _export(request: Any, workspace: str, key: str, rows: list[dict[str, Any]], 
     a workspace list page (CSV file ``<workspace>-<key>.csv``), or None for HTML."""
     fmt = request.url_vars.get("format")
     if fmt == "json":
-        return _json({"workspace": workspace, "total": total, "page": page, "per_page": per_page,
-                      key: rows})
+        return _list_json(request, {"workspace": workspace, "total": total, "page": page,
+                                    "per_page": per_page, key: rows}, key)
     if fmt == "csv":
         return _csv(request, f"{workspace}-{key}.csv", columns, (csv_row(r) for r in rows))
     return None
@@ -289,7 +303,7 @@ async def workspaces_view(datasette: Any, request: Any) -> Response:
         workspaces.append({**row, **counts})
     fmt = request.url_vars.get("format")
     if fmt == "json":
-        return _json({"workspaces": workspaces})
+        return _list_json(request, {"workspaces": workspaces}, "workspaces")
     if fmt == "csv":
         return _csv(request, "workspaces.csv", WORKSPACE_CSV_COLUMNS,
                     ([_fmt_time(w[c]) if c == "created_at" else w[c] for c in WORKSPACE_CSV_COLUMNS]
@@ -405,8 +419,8 @@ async def cards_view(datasette: Any, request: Any) -> Response:
     urls = _Urls(datasette)
     if fmt == "json":
         cards, total = await browse.list_cards(db, workspace, query)
-        return _json({"workspace": workspace, "total": total, "page": query.page,
-                      "per_page": query.per_page, "cards": cards})
+        return _list_json(request, {"workspace": workspace, "total": total, "page": query.page,
+                                    "per_page": query.per_page, "cards": cards}, "cards")
     if fmt == "csv":
         if request.args.get("_stream"):
             cards = []
