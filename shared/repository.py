@@ -318,24 +318,14 @@ async def text_matches(conn: AsyncConnection, query: ListQuery) -> list[uuid.UUI
     """Ids of the cards whose title or content contains ``query.q`` (case-insensitive), or None
     when ``q`` is absent or a card id. One search serves every statement of a list page.
 
-    :raises InvalidInput: ``q`` out of bounds.
+    :raises InvalidInput: any filter out of bounds (checked before searching).
     """
-    models.reject_nul(query.q, "q")
-    if query.q is not None and len(query.q) > models.MAX_QUERY:
-        raise InvalidInput(f"q is longer than {models.MAX_QUERY} characters", field="q")
+    _list_where(query)  # checks every filter
     pattern = _text_pattern(query)
     if pattern is None:
         return None
     cur = await conn.execute(Q.card_text_matches, {"pattern": pattern})
     return [row["id"] for row in await cur.fetchall()]
-
-
-def check_list_query(query: ListQuery) -> None:
-    """Check a listing's filters without running anything.
-
-    :raises InvalidInput: any filter out of bounds.
-    """
-    _list_where(query)
 
 
 def _list_where(query: ListQuery, skip: str | None = None,
@@ -422,7 +412,6 @@ async def list_cards(conn: AsyncConnection, query: ListQuery,
     if query.sort not in SORTS:
         raise InvalidInput(f"sort must be one of {', '.join(SORTS)}", field="sort")
     if matches is None:
-        check_list_query(query)  # every filter before the search
         matches = await text_matches(conn, query)
     cond, params = _list_where(query, matches=matches)
     total_row = await (await conn.execute(
@@ -450,11 +439,11 @@ async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30,
     :raises InvalidInput: a bad filter.
     """
     if matches is None:
-        check_list_query(query)
         matches = await text_matches(conn, query)
     out: dict[str, dict[str, int]] = {}
     for facet in FACETS:
         cond, params = _list_where(query, skip=facet, matches=matches)
+        filtered = bool(params)
         params["facet_limit"] = limit
         if facet in ("family", "origin"):
             stmt = sql.SQL("SELECT c.{col} AS v, count(*) AS n FROM cards c WHERE {cond} "
@@ -472,7 +461,7 @@ async def facet_counts(conn: AsyncConnection, query: ListQuery, limit: int = 30,
                 params["facet_db"] = query.database
             # (value, card) pairs counted once each; without any other filter every card of
             # the workspace counts, so the dependency rows alone answer
-            cards = sql.SQL("") if len(params) == 1 + ("facet_db" in params) else sql.SQL(
+            cards = sql.SQL("") if not filtered else sql.SQL(
                 " AND d.card_id IN (SELECT c.id FROM cards c WHERE {})").format(cond)
             stmt = sql.SQL("SELECT v, count(*) AS n FROM (SELECT DISTINCT d.{col} AS v, d.card_id "
                            "FROM card_dependencies d WHERE d.{col} IS NOT NULL{extra}{cards}) p "
