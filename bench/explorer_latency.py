@@ -177,7 +177,8 @@ def write_postgres(url: str, workspace: str, cards: list[dict[str, Any]], seed: 
                     cp.write_row((workspace, c["id"], "upsert", 1, "done", 1, None, at, at, at))
                     projected.append(c)
                 elif roll < 0.995:
-                    cp.write_row((workspace, c["id"], "upsert", 1, "pending", 0, None, at, at, None))
+                    cp.write_row((workspace, c["id"], "upsert", 1, "pending", 0, None, at, at,
+                                  None))
                 else:
                     cp.write_row((workspace, c["id"], "upsert", 1, "failed", 5,
                                   "IndexUnavailable: Qdrant is unavailable: ConnectError", at, at,
@@ -341,7 +342,8 @@ async def _next_token(ds: Any, path: str, pairs: list[tuple[str, Any]], page: in
     pairs = [p for p in pairs if not p[0].startswith("_facet")]
     token = None
     for _ in range(page - 1):
-        r = await ds.client.get(path + ".json", params=pairs + ([("_next", token)] if token else []))
+        r = await ds.client.get(path + ".json",
+                                params=pairs + ([("_next", token)] if token else []))
         token = r.json()["next"]
         if token is None:
             break
@@ -382,7 +384,8 @@ async def measure(ds: Any, cookies: dict[str, str], repeat: int) -> list[dict[st
         theirs_json = (await ds.client.get("/explorer/cards.json", params=their_pairs)).json()
         results.append({
             "label": label,
-            "memarc_total": ours["total"], "datasette_total": theirs_json["filtered_table_rows_count"],
+            "memarc_total": ours["total"],
+            "datasette_total": theirs_json["filtered_table_rows_count"],
             "memarc_rows": len(ours["cards"]), "datasette_rows": len(theirs_json["rows"]),
             **{f"{side}_{q}": pct(v, p) * 1000 for side, v in times.items()
                for q, p in (("p50", 0.5), ("p95", 0.95))},
@@ -459,6 +462,8 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cards", type=int, default=50_000)
     ap.add_argument("--other", type=int, default=5_000, help="cards of a second workspace")
     ap.add_argument("--repeat", type=int, default=30, help="timed requests per scenario and side")
+    ap.add_argument("--phases", type=int, choices=(1, 2, 3), default=3,
+                    help="1: with migration 004 only; 2: also without pg_trgm; 3: also before 004")
     ap.add_argument("--keep", action="store_true", help="reuse the database of a previous run")
     ap.add_argument("--explain", action="store_true",
                     help="print the execution time of every list-page statement and stop")
@@ -490,7 +495,7 @@ async def main(argv: list[str] | None = None) -> None:
     print_table(f"with migration 004 ({len(added)} indexes: {', '.join(added)})", with_indexes)
     phases = [("with migration 004", with_indexes)]
     trigram = [name for name in added if "trgm" in name]
-    if trigram:
+    if trigram and args.phases >= 2:
         # the embedded server's case: no pg_trgm, so no trigram indexes
         with psycopg.connect(url, autocommit=True) as conn:
             for name in trigram:
@@ -498,7 +503,7 @@ async def main(argv: list[str] | None = None) -> None:
         phases.append(("004 without pg_trgm", await measure(ds, cookies, args.repeat)))
         print_table("migration 004 without its trigram indexes (no pg_trgm, as on the embedded "
                     "server)", phases[-1][1])
-    if added:
+    if added and args.phases == 3:
         # back to 003's indexes, and text search as the ILIKE condition 003 ran
         with psycopg.connect(url, autocommit=True) as conn:
             for name in added:

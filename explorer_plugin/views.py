@@ -198,15 +198,15 @@ def _page_args(request: Any, default: int = PENDING_PER_PAGE, most: int = PENDIN
 
 def _export(request: Any, workspace: str, key: str, rows: list[dict[str, Any]], total: int,
             page: int, per_page: int, columns: Iterable[str],
-            csv_row: Callable[[dict[str, Any]], Iterable[Any]]) -> Response | None:
+            csv_row: Callable[[dict[str, Any]], Iterable[Any]], page_name: str) -> Response | None:
     """The ``.json`` (``{workspace, total, page, per_page, <key>: rows}``) or ``.csv`` answer of
-    a workspace list page (CSV file ``<workspace>-<key>.csv``), or None for HTML."""
+    a workspace list page (CSV file ``<workspace>-<page_name>.csv``), or None for HTML."""
     fmt = request.url_vars.get("format")
     if fmt == "json":
         return _list_json(request, {"workspace": workspace, "total": total, "page": page,
                                     "per_page": per_page, key: rows}, key)
     if fmt == "csv":
-        return _csv(request, f"{workspace}-{key}.csv", columns, (csv_row(r) for r in rows))
+        return _csv(request, f"{workspace}-{page_name}.csv", columns, (csv_row(r) for r in rows))
     return None
 
 
@@ -519,7 +519,7 @@ async def pending_view(datasette: Any, request: Any) -> Response:
     db = await resources.database(datasette)
     rows, total = await browse.pending(db, workspace, limit=per_page, offset=(page - 1) * per_page)
     export = _export(request, workspace, "operations", rows, total, page, per_page,
-                     PENDING_CSV_COLUMNS, _pending_csv_row)
+                     PENDING_CSV_COLUMNS, _pending_csv_row, "pending")
     if export is not None:
         return export
     pairs: list[tuple[str, Any]] = [("_size", per_page)] if size_given else []
@@ -547,7 +547,8 @@ async def activity_view(datasette: Any, request: Any) -> Response:
                                         offset=(page - 1) * per_page, **filters)
     export = _export(request, workspace, "activity", rows, total, page, per_page,
                      ACTIVITY_CSV_COLUMNS, lambda r: [r.get(c) if c != "at" else _fmt_time(r["at"])
-                                                      for c in ACTIVITY_CSV_COLUMNS])
+                                                      for c in ACTIVITY_CSV_COLUMNS],
+                     "activity")
     if export is not None:
         return export
     pairs: list[tuple[str, Any]] = [(k, v) for k, v in filters.items() if v]

@@ -387,6 +387,8 @@ async def test_pending_page(make_env, explorer):
         assert (op["card_id"], op["op"], op["status"], op["attempts"], op["revision"]) == (
             card["id"], "upsert", "pending", 0, 1)
         assert op["age_seconds"] >= 0
+        r = await get(ds, "/-/memory/acme/-/pending.csv?_dl=1")
+        assert r.headers["content-disposition"] == 'attachment; filename="acme-pending.csv"'
         table = csv_rows((await get(ds, "/-/memory/acme/-/pending.csv")).text)
         assert [(t["card_id"], t["status"], t["title"]) for t in table] == [
             (card["id"], "pending", "Churned customer")]
