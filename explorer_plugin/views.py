@@ -9,8 +9,9 @@ into Datasette-style error pages in one place, :func:`error_response`.
 from __future__ import annotations
 
 import csv
-import logging
+import functools
 import io
+import logging
 import math
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -146,6 +147,20 @@ def _json(payload: Any, status: int = 200) -> Response:
                     content_type="application/json; charset=utf-8")
 
 
+def _list_json(request: Any, payload: dict[str, Any], key: str) -> Response:
+    """A list's JSON: the whole ``payload``, or with Datasette's ``_shape=array`` only the list
+    under ``key``.
+
+    :raises InvalidInput: another ``_shape``.
+    """
+    shape = (request.args.get("_shape") or "").strip()
+    if shape == "array":
+        return _json(payload[key])
+    if shape and shape != "objects":
+        raise InvalidInput("_shape must be objects (the default) or array", field="_shape")
+    return _json(payload)
+
+
 def _csv(request: Any, filename: str, header: Iterable[str], rows: Iterable[Iterable[Any]]) -> Response:
     """CSV as Datasette serves it: shown in the browser, or downloaded with ``_dl``."""
     buf = io.StringIO()
@@ -169,6 +184,52 @@ def _pagination(current: int, last: int, url: Callable[[int], str]) -> list[dict
         items.append({"number": n, "url": url(n), "current": n == current})
         previous = n
     return items
+
+
+def _page_args(request: Any, default: int = PENDING_PER_PAGE, most: int = PENDING_MAX_PER_PAGE
+               ) -> tuple[int, int, bool]:
+    """``(page, per_page, whether _size was given)`` from ``_page`` and ``_size``.
+
+    :raises InvalidInput: not integers, or out of bounds.
+    """
+    size_given = bool((request.args.get("_size") or "").strip())
+    return (_int_arg(request, "_page", 1, 1, MAX_PAGE),
+            _int_arg(request, "_size", default, 1, most), size_given)
+
+
+def _export(request: Any, workspace: str, key: str, rows: list[dict[str, Any]], total: int,
+            page: int, per_page: int, columns: Iterable[str],
+            csv_row: Callable[[dict[str, Any]], Iterable[Any]], page_name: str) -> Response | None:
+    """The ``.json`` (``{workspace, total, page, per_page, <key>: rows}``) or ``.csv`` answer of
+    a workspace list page (CSV file ``<workspace>-<page_name>.csv``), or None for HTML."""
+    fmt = request.url_vars.get("format")
+    if fmt == "json":
+        return _list_json(request, {"workspace": workspace, "total": total, "page": page,
+                                    "per_page": per_page, key: rows}, key)
+    if fmt == "csv":
+        return _csv(request, f"{workspace}-{page_name}.csv", columns, (csv_row(r) for r in rows))
+    return None
+
+
+def _paging(url: Callable[[str | None], str], pairs: list[tuple[str, Any]], page: int,
+            per_page: int, total: int) -> dict[str, Any]:
+    """Template values of a paginated list: page links, last page, previous / next, and the
+    ``.json`` / ``.csv`` URLs of this page. ``url(fmt)`` is the list's URL (``fmt`` None for
+    HTML); ``pairs`` are its filter state, kept in every link."""
+    last_page = max(1, math.ceil(total / per_page))
+
+    def page_url(n: int) -> str:
+        return url(None) + _qs(pairs + ([("_page", n)] if n > 1 else []))
+
+    page_qs = _qs(pairs + ([("_page", page)] if page > 1 else []))
+    return {
+        "pages": _pagination(page, last_page, page_url),
+        "last_page": last_page,
+        "previous_url": page_url(page - 1) if page > 1 else None,
+        "next_url": page_url(page + 1) if page < last_page else None,
+        "json_url": url("json") + page_qs,
+        "csv_url": url("csv") + page_qs,
+    }
 
 
 # ---- errors ----
@@ -227,8 +288,12 @@ async def home_view(datasette: Any, request: Any) -> Response:
 
 # ---- pages ----
 
+WORKSPACE_CSV_COLUMNS = ("id", "language", "cards", "current", "open_operations", "created_at")
+
+
 async def workspaces_view(datasette: Any, request: Any) -> Response:
-    """``/-/memory``: the workspaces this actor may see, with card counts."""
+    """``/-/memory`` (and ``.json`` / ``.csv``): the workspaces this actor may see, with card
+    counts, projected cards and open index operations."""
     await access.require_instance(datasette, request)
     db = await resources.database(datasette)
     rows = [row for row in await browse.workspaces(db)
@@ -237,8 +302,13 @@ async def workspaces_view(datasette: Any, request: Any) -> Response:
     for row in rows:
         counts = await browse.workspace_overview(db, row["id"])
         workspaces.append({**row, **counts})
-    if request.url_vars.get("format") == "json":
-        return _json({"workspaces": workspaces})
+    fmt = request.url_vars.get("format")
+    if fmt == "json":
+        return _list_json(request, {"workspaces": workspaces}, "workspaces")
+    if fmt == "csv":
+        return _csv(request, "workspaces.csv", WORKSPACE_CSV_COLUMNS,
+                    ([_fmt_time(w[c]) if c == "created_at" else w[c] for c in WORKSPACE_CSV_COLUMNS]
+                     for w in workspaces))
     return await _render(datasette, request, "memarc_workspaces.html", {"workspaces": workspaces},
                          depth=1)
 
@@ -326,10 +396,14 @@ def _card_csv_row(card: Card) -> list[Any]:
 
 
 async def cards_view(datasette: Any, request: Any) -> Response:
-    """``/-/memory/{workspace}`` (and ``.json`` / ``.csv``): a filtered, paginated card list.
+    """``/-/memory/{workspace}`` (and ``.json`` / ``.csv``): a filtered, paginated card list
+    with facet counts (HTML) and page numbers.
 
-    Parameters: ``q`` (text, or a ``mem-`` id), ``family`` and ``origin`` (repeatable), ``_page``,
-    ``_size`` (1..100, default 20); CSV also takes ``_stream=1`` (every matching card) and ``_dl=1``.
+    Parameters (see :func:`_list_query`): ``q`` (text, or a ``mem-`` id); ``family``, ``origin``
+    and ``concepts`` (repeatable; concepts all of); ``database`` / ``schema`` / ``table`` /
+    ``column`` (one dependency entry); ``updated_after`` / ``updated_before``; ``_sort`` /
+    ``_sort_desc``; ``_page``; ``_size`` (1..100, default 20). CSV also takes ``_stream=1`` (every
+    matching card) and ``_dl=1`` (download). Bad values answer 400.
     """
     workspace = await access.require_workspace(datasette, request)
     fmt = request.url_vars.get("format")
@@ -338,8 +412,8 @@ async def cards_view(datasette: Any, request: Any) -> Response:
     urls = _Urls(datasette)
     if fmt == "json":
         cards, total = await browse.list_cards(db, workspace, query)
-        return _json({"workspace": workspace, "total": total, "page": query.page,
-                      "per_page": query.per_page, "cards": cards})
+        return _list_json(request, {"workspace": workspace, "total": total, "page": query.page,
+                                    "per_page": query.per_page, "cards": cards}, "cards")
     if fmt == "csv":
         if request.args.get("_stream"):
             cards = []
@@ -357,11 +431,6 @@ async def cards_view(datasette: Any, request: Any) -> Response:
     result = await browse.list_page(db, workspace, query)
     pairs = _filter_pairs(query, size_given)
     base = urls.workspace(workspace)
-    last_page = max(1, math.ceil(result.total / query.per_page))
-
-    def page_url(n: int) -> str:
-        return base + _qs(pairs + ([("_page", n)] if n > 1 else []))
-
     facets = []
     for name, counts in result.facets.items():
         selected = browse.selected_values(query, name)
@@ -380,7 +449,6 @@ async def cards_view(datasette: Any, request: Any) -> Response:
         others = [p for p in pairs if p[0] not in ("_sort", "_sort_desc")]
         sort_links.append({"key": key, "current": current, "descending": descending,
                            "url": base + _qs(others + [("_sort_desc" if flip else "_sort", key)])})
-    page_qs = _qs(pairs + ([("_page", query.page)] if query.page > 1 else []))
     return await _render(datasette, request, "memarc_cards.html", {
         "workspace": workspace,
         "query": query,
@@ -392,13 +460,9 @@ async def cards_view(datasette: Any, request: Any) -> Response:
         "size_given": size_given,
         "sort_links": sort_links,
         "filtered": any(p[0] not in ("_size", "_sort", "_sort_desc") for p in pairs),
-        "pages": _pagination(query.page, last_page, page_url),
-        "last_page": last_page,
-        "previous_url": page_url(query.page - 1) if query.page > 1 else None,
-        "next_url": page_url(query.page + 1) if query.page < last_page else None,
         "first_row": (query.page - 1) * query.per_page + 1,
-        "json_url": urls.workspace(workspace, "json") + page_qs,
-        "csv_url": urls.workspace(workspace, "csv") + page_qs,
+        **_paging(functools.partial(urls.workspace, workspace), pairs, query.page, query.per_page,
+                  result.total),
         "csv_all_url": urls.workspace(workspace, "csv") + _qs(
             [p for p in pairs if p[0] != "_size"] + [("_stream", 1), ("_dl", 1)]),
     }, depth=2)
@@ -420,9 +484,11 @@ async def card_view(datasette: Any, request: Any) -> Response:
         "workspace": workspace,
         "card": card,
         "content": [(name, card.content[name]) for name in ordered],
-        "incoming": view.incoming_links,
+        # (card id, title, meaning) both ways
+        "outgoing": [(link.target, view.link_titles.get(link.target) or link.target, link.meaning)
+                     for link in card.links],
+        "incoming": [(link.source, link.title, link.meaning) for link in view.incoming_links],
         "operations": view.open_operations,
-        "link_titles": view.link_titles,
         "json_url": _Urls(datasette).card(workspace, card.id, "json"),
     })
 
@@ -442,34 +508,20 @@ async def pending_view(datasette: Any, request: Any) -> Response:
     """``/-/memory/{workspace}/-/pending`` (and ``.json`` / ``.csv``): incomplete projection
     operations, oldest first, with age, attempts and last error."""
     workspace = await access.require_workspace(datasette, request)
-    page = _int_arg(request, "_page", 1, 1, MAX_PAGE)
-    size_given = bool((request.args.get("_size") or "").strip())
-    per_page = _int_arg(request, "_size", PENDING_PER_PAGE, 1, PENDING_MAX_PER_PAGE)
+    page, per_page, size_given = _page_args(request)
     db = await resources.database(datasette)
     rows, total = await browse.pending(db, workspace, limit=per_page, offset=(page - 1) * per_page)
-    fmt = request.url_vars.get("format")
-    if fmt == "json":
-        return _json({"workspace": workspace, "total": total, "page": page, "per_page": per_page,
-                      "operations": rows})
-    if fmt == "csv":
-        return _csv(request, f"{workspace}-pending.csv", PENDING_CSV_COLUMNS,
-                    (_pending_csv_row(r) for r in rows))
-    urls = _Urls(datasette)
+    export = _export(request, workspace, "operations", rows, total, page, per_page,
+                     PENDING_CSV_COLUMNS, _pending_csv_row, "pending")
+    if export is not None:
+        return export
     pairs: list[tuple[str, Any]] = [("_size", per_page)] if size_given else []
-    last_page = max(1, math.ceil(total / per_page))
-
-    def page_url(n: int) -> str:
-        return urls.pending(workspace) + _qs(pairs + ([("_page", n)] if n > 1 else []))
-
-    page_qs = _qs(pairs + ([("_page", page)] if page > 1 else []))
     return await _render(datasette, request, "memarc_pending.html", {
         "workspace": workspace,
         "operations": rows,
         "total": total,
-        "pages": _pagination(page, last_page, page_url),
-        "last_page": last_page,
-        "json_url": urls.pending(workspace, "json") + page_qs,
-        "csv_url": urls.pending(workspace, "csv") + page_qs,
+        **_paging(functools.partial(_Urls(datasette).pending, workspace), pairs, page, per_page,
+                  total),
     })
 
 
@@ -480,34 +532,25 @@ async def activity_view(datasette: Any, request: Any) -> Response:
     """``/-/memory/{workspace}/-/activity`` (and ``.json`` / ``.csv``): the activity log, newest
     first, filterable by ``verb``, ``card_id`` and ``outcome`` (prefix, e.g. ``rejected``)."""
     workspace = await access.require_workspace(datasette, request)
-    page = _int_arg(request, "_page", 1, 1, MAX_PAGE)
-    per_page = _int_arg(request, "_size", PENDING_PER_PAGE, 1, PENDING_MAX_PER_PAGE)
+    page, per_page, size_given = _page_args(request)
     filters = {name: (request.args.get(name) or "").strip() or None
                for name in ("verb", "card_id", "outcome")}
     db = await resources.database(datasette)
     rows, total = await browse.activity(db, workspace, limit=per_page,
                                         offset=(page - 1) * per_page, **filters)
-    fmt = request.url_vars.get("format")
-    if fmt == "json":
-        return _json({"workspace": workspace, "total": total, "page": page, "per_page": per_page,
-                      "activity": rows})
-    if fmt == "csv":
-        return _csv(request, f"{workspace}-activity.csv", ACTIVITY_CSV_COLUMNS,
-                    ([r.get(c) if c != "at" else _fmt_time(r["at"]) for c in ACTIVITY_CSV_COLUMNS]
-                     for r in rows))
-    urls = _Urls(datasette)
+    export = _export(request, workspace, "activity", rows, total, page, per_page,
+                     ACTIVITY_CSV_COLUMNS, lambda r: [r.get(c) if c != "at" else _fmt_time(r["at"])
+                                                      for c in ACTIVITY_CSV_COLUMNS],
+                     "activity")
+    if export is not None:
+        return export
     pairs: list[tuple[str, Any]] = [(k, v) for k, v in filters.items() if v]
-    last_page = max(1, math.ceil(total / per_page))
-
-    def page_url(n: int) -> str:
-        return urls.activity(workspace) + _qs(pairs + ([("_page", n)] if n > 1 else []))
-
-    page_qs = _qs(pairs + ([("_page", page)] if page > 1 else []))
+    if size_given:
+        pairs.append(("_size", per_page))
     return await _render(datasette, request, "memarc_activity.html", {
         "workspace": workspace, "activity": rows, "total": total, "filters": filters,
-        "pages": _pagination(page, last_page, page_url), "last_page": last_page,
-        "json_url": urls.activity(workspace, "json") + page_qs,
-        "csv_url": urls.activity(workspace, "csv") + page_qs,
+        **_paging(functools.partial(_Urls(datasette).activity, workspace), pairs, page, per_page,
+                  total),
     })
 
 
@@ -585,11 +628,12 @@ async def recall_view(datasette: Any, request: Any) -> Response:
     if response is not None:
         titles = {r.card.id: r.card.title for r in response.results}
         context["results"] = [{
+            "rank": rank,
             "card": r.card,
             "score": f"{r.score:.6f}",
             "path": [{"id": cid, "title": titles.get(cid)} for cid in r.retrieval.path],
             "retrieval": r.retrieval,
-        } for r in response.results]
+        } for rank, r in enumerate(response.results, start=1)]
     return await _render(datasette, request, "memarc_recall.html", context, status=status)
 
 
@@ -597,7 +641,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
 #: before the card page.
 ROUTES: list[tuple[str, Any]] = [
     (r"^/$", home_view),
-    (r"^/-/memory(\.(?P<format>json))?$", workspaces_view),
+    (r"^/-/memory(\.(?P<format>json|csv))?$", workspaces_view),
     (rf"^/-/memory/{_WS}/-/pending(\.(?P<format>json|csv))?$", pending_view),
     (rf"^/-/memory/{_WS}/-/recall$", recall_view),
     (rf"^/-/memory/{_WS}/-/activity(\.(?P<format>json|csv))?$", activity_view),

@@ -97,10 +97,11 @@ async def list_page(db: Database, workspace: str, query: ListQuery, *,
     """
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
         await repository.workspace(conn, workspace)
-        cards, total = await repository.list_cards(conn, query)
+        matches = await repository.text_matches(conn, query)  # one search for every statement
+        cards, total = await repository.list_cards(conn, query, matches)
         counts: dict[str, dict[str, int]] = {}
         if facets:
-            counts = await repository.facet_counts(conn, query)
+            counts = await repository.facet_counts(conn, query, matches=matches)
             for name in counts:
                 for value in selected_values(query, name):
                     counts[name].setdefault(value, 0)

@@ -104,6 +104,12 @@ async def test_workspaces_visible_only_with_permission(make_env, explorer):
         assert r.json() == {"workspaces": [{
             "id": "acme", "language": "en", "created_at": r.json()["workspaces"][0]["created_at"],
             "cards": 1, "current": 0, "open_operations": 1}]}
+        assert [w["id"] for w in (await get(ds, "/-/memory.json?_shape=array")).json()] == ["acme"]
+        r = await get(ds, "/-/memory.csv")
+        assert csv_rows(r.text) == [{"id": "acme", "language": "en", "cards": "1", "current": "0",
+                                     "open_operations": "1",
+                                     "created_at": csv_rows(r.text)[0]["created_at"]}]
+        assert 'href="/-/memory.csv"' in (await get(ds, "/-/memory")).text
 
         # Every page of a workspace without access is a 404, worded like a missing workspace.
         missing = await get(ds, "/-/memory/nope")
@@ -212,6 +218,11 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert (body["workspace"], body["total"], body["page"], body["per_page"]) == ("acme", 25, 3, 10)
         assert len(body["cards"]) == 5 and {c["family"] for c in body["cards"]} == {"sql_rule"}
         assert body["cards"][0]["index_status"] == "pending"
+        # Datasette's _shape=array: the rows alone
+        r = await get(ds, "/-/memory/acme.json?family=sql_rule&_size=3&_shape=array")
+        assert [c["family"] for c in r.json()] == ["sql_rule"] * 3
+        r = await get(ds, "/-/memory/acme.json?_shape=arrays")
+        assert r.status_code == 400 and r.json()["code"] == "invalid_input"
         r = await get(ds, "/-/memory/acme.json", q=defs[0]["id"])
         assert [c["id"] for c in r.json()["cards"]] == [defs[0]["id"]]
 
@@ -230,6 +241,66 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert r.headers["content-type"].startswith("text/csv")
         assert "attachment" in r.headers["content-disposition"]
         assert len(csv_rows(r.text)) == 25
+
+
+async def test_list_physical_context_concepts_dates_sort_and_facet_links(make_env, explorer):
+    """The one-entry rule, concepts (all of), the updated range and sorting through the explorer's
+    URL parameters; facet links replace a single-valued filter and clear what depends on it."""
+    def body(title, deps, concepts=()):
+        return {"family": "sql_rule", "title": title, "content": {"rule": f"{title}."},
+                "dependencies": deps, "concepts": list(concepts)}
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        alpha = await create(env, "acme", body("Alpha", [
+            {"database": "db1", "schema": "s", "table": "orders", "column": "id"},
+            {"database": "db1", "schema": "s", "table": "customers", "column": "name"}],
+            ["sales", "keys"]), h)
+        bravo = await create(env, "acme", body("Bravo", [
+            {"database": "db1", "schema": "s", "table": "orders"}], ["sales"]), h)
+        await create(env, "acme", body("Charlie", [
+            {"database": "db2", "schema": "s", "table": "customers", "column": "id"}]), h)
+        ds = explorer(env, {"alice": ["acme"]})
+
+        async def titles(**params):
+            r = await get(ds, "/-/memory/acme.json", **params)
+            assert r.status_code == 200, r.text
+            return [c["title"] for c in r.json()["cards"]]
+
+        # one dependency entry must carry every level given
+        assert await titles(database="db1", table="orders", column="name") == []
+        assert await titles(database="db1", table="customers", column="name") == ["Alpha"]
+        assert await titles(database="db1", table="orders", _sort="title") == ["Alpha", "Bravo"]
+        r = await get(ds, "/-/memory/acme?database=db1&table=orders")
+        assert "2 cards where one dependency is on db1.orders" in r.text
+        # the table facet lists tables within the database, its own filter left out
+        assert re.search(r'<a href="/-/memory/acme\?database=db1&amp;table=customers">customers</a> 1',
+                         r.text)
+        # removing the database removes its table too; another database replaces this one
+        assert 'db1 &middot; 2 <a href="/-/memory/acme" class="cross">' in r.text
+        r = await get(ds, "/-/memory/acme?database=db1&table=customers")
+        assert '<a href="/-/memory/acme?database=db2">db2</a> 1' in r.text
+        assert (await get(ds, "/-/memory/acme?table=orders")).status_code == 400
+        # concepts: all of
+        assert await titles(concepts=["sales", "keys"]) == ["Alpha"]
+        assert await titles(concepts="sales", _sort="title") == ["Alpha", "Bravo"]
+        # updated range (dates are UTC days; before is exclusive)
+        with psycopg.connect(env.migrator_url) as conn:
+            conn.execute("UPDATE memory.cards SET updated_at = '2020-06-01T12:00:00Z' WHERE id = %s",
+                         [uuid.UUID(bravo["id"][4:])])
+        assert await titles(updated_before="2021-01-01") == ["Bravo"]
+        assert "Bravo" not in await titles(updated_after="2021-01-01")
+        assert await titles(updated_after="2020-06-01", updated_before="2020-06-02") == ["Bravo"]
+        r = await get(ds, "/-/memory/acme?updated_after=2020-01-01&updated_before=2021-01-01")
+        assert 'name="updated_after" value="2020-01-01"' in r.text  # the form keeps the state
+        # sorts, ties by id; the current sort's link reverses it
+        assert await titles(_sort="title") == ["Alpha", "Bravo", "Charlie"]
+        assert await titles(_sort_desc="title") == ["Charlie", "Bravo", "Alpha"]
+        assert (await titles())[-1] == "Bravo"  # least recently updated last
+        r = await get(ds, "/-/memory/acme?_sort=title&concepts=sales")
+        assert 'href="/-/memory/acme?concepts=sales&amp;_sort_desc=title"' in r.text
+        assert 'href="/-/memory/acme/' + alpha["id"] + '"' in r.text
 
 
 async def test_card_detail(make_env, explorer):
@@ -287,6 +358,12 @@ async def test_card_detail(make_env, explorer):
         r = await get(ds, f"/-/memory/acme/{rule['id']}")
         assert 'Projection: <strong class="memarc-status-failed">failed</strong>' in r.text
         assert "qdrant said &lt;no&gt;" in r.text and "<dt>revision</dt><dd>2</dd>" in r.text
+        # concepts and dependencies link to the list filtered by them (one entry: every level)
+        assert '<a href="/-/memory/acme?concepts=revenue">revenue</a>' in r.text
+        dep = "/-/memory/acme?column=status&amp;database=shop&amp;schema=public&amp;table=orders"
+        assert f'<a href="{dep}"' in r.text
+        listed = await get(ds, dep.replace("&amp;", "&"))
+        assert rows(listed.text) == 1 and "Net revenue v2" in listed.text
         assert f"memarc retry --workspace acme {rule['id']}" in r.text
 
 
@@ -310,9 +387,25 @@ async def test_pending_page(make_env, explorer):
         assert (op["card_id"], op["op"], op["status"], op["attempts"], op["revision"]) == (
             card["id"], "upsert", "pending", 0, 1)
         assert op["age_seconds"] >= 0
+        r = await get(ds, "/-/memory/acme/-/pending.csv?_dl=1")
+        assert r.headers["content-disposition"] == 'attachment; filename="acme-pending.csv"'
         table = csv_rows((await get(ds, "/-/memory/acme/-/pending.csv")).text)
         assert [(t["card_id"], t["status"], t["title"]) for t in table] == [
             (card["id"], "pending", "Churned customer")]
+
+        # pages keep their size in every link, with page numbers and a next page
+        more = [await create(env, "acme", dict(CHURN_DEF, title=f"More {i}"), h) for i in range(2)]
+        r = await get(ds, "/-/memory/acme/-/pending", _size=2)
+        assert "3 incomplete operations" in r.text and r.text.count('<td class="col-op">') == 2
+        assert '<a href="/-/memory/acme/-/pending?_size=2&amp;_page=2">Next page</a>' in r.text
+        assert 'href="/-/memory/acme/-/pending.json?_size=2"' in r.text
+        r = await get(ds, "/-/memory/acme/-/pending.json", _size=2, _page=2)
+        assert [op["card_id"] for op in r.json()["operations"]] == [more[1]["id"]]
+        r = await get(ds, "/-/memory/acme/-/pending.json", _size=2, _page=2, _shape="array")
+        assert [op["card_id"] for op in r.json()] == [more[1]["id"]]
+        r = await get(ds, "/-/memory/acme/-/activity", _size=2, verb="create")
+        assert '<a href="/-/memory/acme/-/activity?verb=create&amp;_size=2&amp;_page=2">Next page</a>' in r.text
+        assert 'href="/-/memory/acme/-/activity.csv?verb=create&amp;_size=2"' in r.text
 
         await env.drain()
         r = await get(ds, "/-/memory/acme/-/pending")

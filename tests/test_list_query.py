@@ -100,3 +100,119 @@ async def test_facets_count_every_filter_but_their_own(make_env):
             assert f["database"] == {"db1": 2, "db2": 1}
             assert f["table"] == {"orders": 2, "customers": 1}
             assert f["origin"] == {"manual": 2}
+
+
+async def test_text_search_is_a_literal_substring_of_title_or_content_in_this_workspace(make_env):
+    """``q`` goes through migration 004's owner function: same matches as ILIKE on the
+    workspace's cards, wildcards taken literally, another workspace's cards never matched."""
+    from shared import repository
+    from shared.repository import ListQuery
+
+    async with make_env() as env:
+        h, ids = await _seed(env)
+        for body in (_card("Foxtrot 50% off_peak"),
+                     _card("Golf", content={"rule": "Mentions ALPHA in its text"})):
+            r = await env.client.post(BASE, json=body, headers=h)
+            assert r.status_code == 201, r.text
+            ids[r.json()["card"]["id"]] = body["title"].split()[0]
+        env.workspace("other")
+        r = await env.client.post("/api/workspaces/other/memory", json=_card("Alpha elsewhere"),
+                                  headers=env.token("other"))
+        assert r.status_code == 201, r.text
+        other_id = r.json()["card"]["id"]
+
+        # case-insensitive, title or content (Golf matches through its content only)
+        assert await _titles(env, h, ids, sort="title", q="alpha") == (["Alpha", "Golf"], 2)
+        # LIKE wildcards are literal characters
+        assert await _titles(env, h, ids, q="%") == (["Foxtrot"], 1)
+        assert await _titles(env, h, ids, q="f_p") == (["Foxtrot"], 1)
+        assert await _titles(env, h, ids, q="50% off") == (["Foxtrot"], 1)
+        # combined with filters, and in the facets
+        assert await _titles(env, h, ids, q="alpha", concepts="keys") == (["Alpha"], 1)
+        async with env.resources.db.transaction("acme", role="reader", read_only=True) as conn:
+            query = ListQuery(q="alpha")
+            matches = await repository.text_matches(conn, query)
+            assert {ids[repository.card_id_str(m)] for m in matches} == {"Alpha", "Golf"}
+            f = await repository.facet_counts(conn, query, matches=matches)
+            assert f["family"] == {"sql_rule": 2} and f["database"] == {"db1": 1}
+            # the same page without pre-resolved matches
+            cards, total = await repository.list_cards(conn, query)
+            assert total == 2 and other_id not in {c.id for c in cards}
+            # the function itself is confined to the transaction's workspace
+            cur = await conn.execute("SELECT count(*) AS n FROM card_text_matches('%%elsewhere%%')")
+            assert (await cur.fetchone())["n"] == 0
+        async with env.resources.db.transaction("other", role="reader", read_only=True) as conn:
+            cur = await conn.execute("SELECT count(*) AS n FROM card_text_matches('%%elsewhere%%')")
+            assert (await cur.fetchone())["n"] == 1
+        async with env.resources.db.transaction(None, role="reader", read_only=True) as conn:
+            cur = await conn.execute("SELECT count(*) AS n FROM card_text_matches('%%')")
+            assert (await cur.fetchone())["n"] == 0
+
+
+async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env):
+    """The one-statement facets of a text search agree with facets recounted here from the cards
+    themselves, for combinations of every filter (the one-entry rule included)."""
+    import itertools
+
+    from shared import repository
+    from shared.repository import ListQuery
+
+    async with make_env() as env:
+        h, _ = await _seed(env)
+        r = await env.client.post(BASE, json=_card("Foxtrot orders", family="domain_clarification",
+                                                   dependencies=[{"database": "db2"}],
+                                                   concepts=["sales"]), headers=h)
+        assert r.status_code == 201, r.text
+        async with env.resources.db.transaction("acme", role="reader", read_only=True) as conn:
+            cards, _ = await repository.list_cards(conn, ListQuery(per_page=100))
+
+            def keep(card, query, skip):
+                text = (card.title + " " + " ".join(card.content.values())).lower()
+                if query.q.lower() not in text:
+                    return False
+                if skip != "family" and query.family and card.family not in query.family:
+                    return False
+                if skip != "concepts" and not set(query.concepts) <= set(card.concepts):
+                    return False
+                wanted = {"database": query.database, "table": query.table}
+                if skip == "database":
+                    wanted.pop("database")
+                if skip == "table":
+                    wanted.pop("table")
+                wanted = {k: v for k, v in wanted.items() if v is not None}
+                return not wanted or any(all(getattr(d, k) == v for k, v in wanted.items())
+                                         for d in card.dependencies)
+
+            def recount(query):
+                out = {}
+                for facet in ("family", "origin", "concepts", "database", "table"):
+                    if facet == "table" and query.database is None:
+                        continue
+                    counts = {}
+                    for card in (c for c in cards if keep(c, query, facet)):
+                        if facet in ("family", "origin"):
+                            values = {getattr(card, facet)}
+                        elif facet == "concepts":
+                            values = set(card.concepts)
+                        elif facet == "database":
+                            values = {d.database for d in card.dependencies}
+                        else:
+                            values = {d.table for d in card.dependencies
+                                      if d.database == query.database and d.table}
+                        for v in values:
+                            counts[v] = counts.get(v, 0) + 1
+                    out[facet] = counts
+                return out
+
+            checked = 0
+            for q, family, concepts, place in itertools.product(
+                    ("orders", "a", "o", "zzz"), ([], ["sql_rule"]), ([], ["sales"]),
+                    ({}, {"database": "db1"}, {"database": "db1", "table": "orders"},
+                     {"database": "db2"})):
+                query = ListQuery(q=q, family=family, concepts=concepts, **place)
+                got = await repository.facet_counts(conn, query)
+                assert got == recount(query), query
+                for counts in got.values():
+                    assert list(counts.values()) == sorted(counts.values(), reverse=True)
+                checked += 1
+            assert checked == 64

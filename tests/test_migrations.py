@@ -75,3 +75,35 @@ async def test_runtime_refuses_a_missing_or_outdated_schema(empty_db):
             await db.check_schema()
     finally:
         await db.close()
+
+
+def test_migrations_apply_on_the_embedded_server_without_pg_trgm(tmp_path: Path):
+    """The embedded PostgreSQL (`pgserver`, used by `memarc up` and by tests without a URL) ships
+    no pg_trgm: migration 004 then skips the trigram indexes, and text search still works."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
+    try:
+        url = server.get_uri()
+        applied = migrate(url, "memory", runtime_login=psycopg.conninfo.conninfo_to_dict(url).get("user"))
+        assert "004_list_indexes" in applied
+        with psycopg.connect(url, autocommit=True) as conn:
+            available = conn.execute("SELECT count(*) FROM pg_available_extensions "
+                                     "WHERE name = 'pg_trgm'").fetchone()[0]
+            installed = conn.execute("SELECT count(*) FROM pg_extension "
+                                     "WHERE extname = 'pg_trgm'").fetchone()[0]
+            trigram = conn.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = 'memory' "
+                                   "AND indexname LIKE '%%trgm%%'").fetchone()[0]
+            assert (available, installed, trigram) == (0, 0, 0)
+            conn.execute("INSERT INTO memory.workspaces (id) VALUES ('acme')")
+            conn.execute("INSERT INTO memory.cards (workspace_id, id, family, title, origin, content) "
+                         "VALUES ('acme', gen_random_uuid(), 'sql_rule', 'Net revenue', 'manual', "
+                         "'{\"rule\": \"Exclude cancelled orders\"}')")
+            with conn.transaction():
+                conn.execute("SET LOCAL ROLE memarc_reader")
+                conn.execute("SELECT set_config('memarc.workspace', 'acme', true)")
+                found = conn.execute("SELECT count(*) FROM memory.card_text_matches('%%CANCELLED%%')"
+                                     ).fetchone()[0]
+            assert found == 1
+    finally:
+        server.cleanup()

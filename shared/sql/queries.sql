@@ -195,6 +195,11 @@ SELECT count(*) AS cards,
        count(*) FILTER (WHERE p.revision = c.revision AND p.format = %(format)s) AS current
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
 
+-- name: card_text_matches
+-- Cards of the workspace whose title or content contains an (escaped) ILIKE pattern; see
+-- migration 004 for why this is a function.
+SELECT card_text_matches(%(pattern)s) AS id;
+
 -- name: family_counts
 SELECT family, count(*) AS n FROM cards GROUP BY family ORDER BY family;
 
