@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import json
 import logging
 import math
 import urllib.parse
@@ -161,12 +162,22 @@ def _list_json(request: Any, payload: dict[str, Any], key: str) -> Response:
     return _json(payload)
 
 
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: JSON for structured values (as Datasette shows JSON columns), ISO 8601 for
+    timestamps, the value itself otherwise."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
 def _csv(request: Any, filename: str, header: Iterable[str], rows: Iterable[Iterable[Any]]) -> Response:
     """CSV as Datasette serves it: shown in the browser, or downloaded with ``_dl``."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerows([_csv_cell(v) for v in row] for row in rows)
     if request.args.get("_dl"):
         return Response(buf.getvalue(), content_type="text/csv; charset=utf-8",
                         headers={"content-disposition": f'attachment; filename="{filename}"'})

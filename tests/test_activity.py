@@ -62,5 +62,12 @@ async def test_explorer_lists_activity_only_to_permitted_actors(make_env):
         assert r.json()["total"] == 1
         r = await ds.client.get("/-/memory/acme/-/activity.csv", cookies=alice)
         assert r.status_code == 200 and r.text.count("\n") == 3
+        import csv
+        import io
+        import json
+
+        rows = list(csv.DictReader(io.StringIO(r.text)))
+        details = [json.loads(row["detail"]) for row in rows if row["detail"]]
+        assert details and all(isinstance(d, dict) for d in details)  # JSON, not Python repr
         r = await ds.client.get("/-/memory/other/-/activity", cookies=alice)
         assert r.status_code == 404
