@@ -217,6 +217,8 @@ class SummaryItem(msgspec.Struct):
     card: CardPreview | None
     changes: dict[str, FieldChange]
     problems: list[str]
+    #: once the session is reviewed: what the review did with it (from the receipt)
+    reviewed: Literal["created", "updated", "reused", "declined"] | None = None
 
 
 class ReviewedItem(msgspec.Struct):
@@ -745,19 +747,32 @@ class Workflow:
                         if cid is not None and cid not in existing:
                             items[n].problems.append(
                                 f"link target {link.target} is not a card of this workspace")
-            adds = [(n, b) for n, b in bodies if items[n].kind == "addition"]
-            for (n, _), reuse_id in zip(adds, await _reuse_targets(conn, [b for _, b in adds])):
-                if reuse_id is not None:
-                    items[n].action = "reuse"
-                    items[n].card_id = card_id_str(reuse_id)
+            receipt = _receipt_from_row(receipt_row) if receipt_row else None
+            if receipt is None:
+                adds = [(n, b) for n, b in bodies if items[n].kind == "addition"]
+                for (n, _), reuse_id in zip(adds, await _reuse_targets(conn, [b for _, b in adds])):
+                    if reuse_id is not None:
+                        items[n].action = "reuse"
+                        items[n].card_id = card_id_str(reuse_id)
+            else:
+                # a reviewed session is closed: show what the review did (the receipt), not what
+                # a review would do now (its own new cards would read as reuses)
+                done = {i.key: i for i in receipt.items}
+                for item in items:
+                    r = done.get(item.key)
+                    item.reviewed = r.action if r is not None else "declined"
+                    if r is not None:
+                        item.action = {"created": "create", "updated": "update",
+                                       "reused": "reuse"}[r.action]
+                        item.card_id = r.card_id
+                    item.stale, item.problems = False, []
         counts = {"total": len(items),
                   "create": sum(i.action == "create" for i in items),
                   "reuse": sum(i.action == "reuse" for i in items),
                   "update": sum(i.action == "update" for i in items),
                   "stale": sum(i.stale for i in items),
                   "with_problems": sum(bool(i.problems) for i in items)}
-        return Summary(session_id=session_id, proposals=items, counts=counts,
-                       review=_receipt_from_row(receipt_row) if receipt_row else None)
+        return Summary(session_id=session_id, proposals=items, counts=counts, review=receipt)
 
     # ---- review ----
 

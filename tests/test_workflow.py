@@ -159,6 +159,14 @@ async def test_propose_summary_review_and_solved_index_end_to_end(make_env):
         # the summary now carries the receipt; solved-index re-queues what it recorded
         summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=hr)).json()
         assert summary["review"] == receipt
+        # ... and shows what the review did, not what a review would do now (its own new cards
+        # are not "reuses")
+        after = {i["key"]: i for i in summary["proposals"]}
+        assert {k: (i["reviewed"], i["action"], i["card_id"]) for k, i in after.items()} == {
+            k: (got[k]["action"], {"created": "create", "updated": "update",
+                                   "reused": "reuse"}[got[k]["action"]], got[k]["card_id"])
+            for k in got}
+        assert summary["counts"]["create"] == 2 and summary["counts"]["stale"] == 0
         r = await env.client.post(f"{SESSION}/s-1/solved-index", headers=hr)
         assert r.status_code == 202, r.text
         si = r.json()
