@@ -90,6 +90,10 @@ class IndexEngine(Protocol):
     async def drop_collection(self, collection: str) -> None:
         """Drop one named collection (an abandoned rebuild)."""
 
+    async def optimize_collection(self, collection: str) -> bool:
+        """Build the search graph (HNSW) of a rebuild's collection before it is switched in,
+        where the engine does not do so by itself; returns whether anything was rebuilt."""
+
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
                            flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
         """Dense and BM25 rankings (best first), each filtered by ``flt``, ``limit`` each."""
@@ -308,6 +312,11 @@ class QdrantClientEngine:
     async def drop_collection(self, collection: str) -> None:
         """See :meth:`IndexEngine.drop_collection`."""
         await self._call(lambda c: c.delete_collection(collection))
+
+    async def optimize_collection(self, collection: str) -> bool:
+        """See :meth:`IndexEngine.optimize_collection`: nothing to do. A Qdrant server builds HNSW
+        with its own optimizers in the background; local mode has no HNSW (exact search)."""
+        return False
 
     async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
         """See :meth:`IndexEngine.upsert` (``wait=True``)."""

@@ -292,6 +292,34 @@ class QdrantEdgeEngine:
 
         await self._call(run)
 
+    async def optimize_collection(self, collection: str) -> bool:
+        """See :meth:`IndexEngine.optimize_collection`: the shard is closed here and optimized by
+        ``python -m shared.edge_optimize`` in a child process (``optimize()`` holds the GIL), then
+        reopened on its next use. Only for a shard no one else uses meanwhile (a rebuild's).
+
+        :returns: whether segments were rebuilt. :raises IndexUnavailable: the child failed.
+        """
+        import sys
+
+        folder = self.root / collection / SHARD_DIR
+        if not folder.exists():
+            raise IndexUnavailable(f"no shard {collection!r} to optimize")
+        await self._call(lambda: self._close_shard(collection))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "shared.edge_optimize", str(folder),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=str(Path(__file__).resolve().parents[1]))
+        try:
+            out, err = await proc.communicate()
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+        if proc.returncode != 0:
+            raise IndexUnavailable(f"optimizing shard {collection!r} failed: "
+                                   f"{err.decode(errors='replace')[-500:]}")
+        return bool(json.loads(out.decode().strip().splitlines()[-1])["optimized"])
+
     async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
         """See :meth:`IndexEngine.upsert`. Edge applies an update synchronously (and writes it to
         its WAL) before returning.

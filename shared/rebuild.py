@@ -5,7 +5,8 @@ authoritative cards only, into a new collection, then switched in atomically.
    sweep and the rebuild starts over).
 2. Create a new collection; read every card of the workspace from PostgreSQL in id order, embed
    and write it. Recall keeps answering from the old collection meanwhile, and workers keep
-   projecting into it.
+   projecting into it. From ``OPTIMIZE_MIN_CARDS`` cards on, the new collection's HNSW graph is
+   built before the catch-up (Qdrant Edge: in a child process, ``shared/edge_optimize.py``).
 3. Catch up (at most 3 passes, no locks): cards changed, added or deleted since they were read.
 4. Switch, in one transaction holding the workspace's projection lock exclusively (so no
    projection job is in flight): a last catch-up, the alias switch (the old collection, with any
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 BATCH = 128
 CATCH_UP_PASSES = 3
+#: a rebuild of at least this many cards builds the new collection's HNSW graph before the
+#: switch (in-process engines only; below it exact search is as fast, see bench/README.md)
+OPTIMIZE_MIN_CARDS = 10_000
 
 
 class RebuildSummary(msgspec.Struct):
@@ -52,6 +56,7 @@ class RebuildSummary(msgspec.Struct):
     collection: str
     replaced: str | None
     seconds: float
+    optimized: bool = False
 
 
 async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, int]:
@@ -100,7 +105,8 @@ async def _release(db: Database, index: IndexEngine, workspace: str, rebuild_id:
 
 async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                         rebuild_id: uuid.UUID, *, lease_seconds: int = 300,
-                        privacy: PrivacyFilter = DEFAULT_FILTER) -> dict[str, Any] | None:
+                        privacy: PrivacyFilter = DEFAULT_FILTER,
+                        optimize_min_cards: int = OPTIMIZE_MIN_CARDS) -> dict[str, Any] | None:
     """Run a claimed rebuild to completion; returns the tracked row, or None when the rebuild
     is not claimable (done, or running under a live lease elsewhere).
 
@@ -129,6 +135,9 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 await conn.execute(Q.rebuild_progress, {
                     "id": rebuild_id, "done": min(start + BATCH, len(ids)), "total": len(ids),
                     "collection": target, "lease_seconds": lease_seconds})
+        optimized = False
+        if len(ids) >= optimize_min_cards:
+            optimized = await index.optimize_collection(target)
         caught_up = 0
         for _ in range(CATCH_UP_PASSES):
             pending = _diff(await _revisions(db, workspace), written)
@@ -160,7 +169,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             summary = RebuildSummary(
                 cards=len(current), written=len(written), caught_up=caught_up,
                 removed_points=len(old_ids - set(current)), collection=target, replaced=replaced,
-                seconds=round(time.perf_counter() - started, 2))
+                seconds=round(time.perf_counter() - started, 2), optimized=optimized)
             row = await (await conn.execute(Q.rebuild_finish, {
                 "id": rebuild_id, "status": "done", "error": None,
                 "summary": Jsonb(msgspec.to_builtins(summary))})).fetchone()

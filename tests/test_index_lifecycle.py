@@ -367,3 +367,26 @@ async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(m
         assert row["status"] == "done" and row["summary"]["written"] == 3, row
         res = await _search(env, h)
         assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
+
+
+async def test_a_large_rebuild_optimizes_its_collection_out_of_process(make_env):
+    """The rebuild's optimize step (HNSW, ``OPTIMIZE_MIN_CARDS`` lowered to 1 here): on Qdrant
+    Edge a child process optimizes the private shard, which is reopened afterwards; the switched
+    collection answers recall as before."""
+    from shared.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        row = await rebuild_index(env.resources.db, env.resources.index, env.resources.embedder,
+                                  "acme", rid, optimize_min_cards=1)
+        assert row["status"] == "done", row
+        assert isinstance(row["summary"]["optimized"], bool)
+        res = await _search(env, h)
+        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
+        assert set(await env.resources.index.scroll_ids("acme")) == {
+            uuid.UUID(c["id"][4:]) for c in cards}
