@@ -336,6 +336,11 @@ def _list_query(request: Any) -> tuple[ListQuery, bool]:
     ``origin`` and ``concepts``, ``database`` / ``schema`` / ``table`` / ``column``,
     ``updated_after`` / ``updated_before`` (dates), ``_sort`` or ``_sort_desc`` (updated,
     created, title, family), ``_page``, ``_size``."""
+    known = {"q", "family", "origin", "concepts", "updated_after", "updated_before", *SINGLE_FILTERS}
+    unknown = sorted({name for name in request.args if name not in known and not name.startswith("_")})
+    if unknown:  # a misspelt filter must not silently show everything (as the API refuses it)
+        raise InvalidInput(f"unknown parameter(s) {', '.join(unknown)}; the card list takes "
+                           f"{', '.join(sorted(known))} and Datasette's _ options", field=unknown[0])
     q = (request.args.get("q") or "").strip()
     if len(q) > MAX_QUERY:
         raise InvalidInput(f"q is longer than {MAX_QUERY} characters", field="q")

@@ -188,6 +188,12 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert 'sql_rule &middot; 25 <a href="/-/memory/acme" class="cross">' in r.text
         r = await get(ds, "/-/memory/acme?family=sql_rule&family=domain_clarification")
         assert "28 cards" in r.text
+        # a misspelt filter is refused by name, on the page and its exports, never ignored
+        for path in ("/-/memory/acme?concept=revenue", "/-/memory/acme.json?famly=sql_rule",
+                     "/-/memory/acme.csv?concept=revenue"):
+            r = await get(ds, path)
+            assert r.status_code in (400, 422), (path, r.status_code)
+            assert ("concept" in r.text or "famly" in r.text) and "unknown parameter" in r.text
         # text search and id search, combined with filters before pagination
         r = await get(ds, "/-/memory/acme?q=churn")
         assert "3 cards" in r.text and rows(r.text) == 3
