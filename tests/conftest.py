@@ -169,6 +169,15 @@ class Env:
             await worker.close()
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip a test whose environment is missing (no chromium, no datasets folder, PostgreSQL
+    only over a socket), or fail it when ``MEMARC_NO_SKIP`` is set: ``.ci/run`` sets it, so in CI
+    every test runs or the run is red."""
+    if os.environ.get("MEMARC_NO_SKIP"):
+        pytest.fail(f"MEMARC_NO_SKIP is set, but: {reason}")
+    pytest.skip(reason)
+
+
 ENGINES = ("edge", "local")
 
 

@@ -12,12 +12,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from conftest import skip_or_fail  # noqa: E402
 from shared import bird  # noqa: E402
 
 CARDS_FILE = REPO / "shared" / "data" / "bird_cards.jsonl.gz"
@@ -54,7 +54,7 @@ def all_strings(value):
 
 def test_committed_file_equals_fresh_conversion(tmp_path):
     if not DATASETS.is_dir():
-        pytest.skip(f"datasets folder absent: {DATASETS}")
+        skip_or_fail(f"datasets folder absent: {DATASETS}")
     fresh = bird.convert(DATASETS)
     assert gzip.decompress(CARDS_FILE.read_bytes()) == bird.serialise(fresh)
     assert load_committed() == fresh

@@ -1,7 +1,7 @@
 """The explorer in a real browser: headless Chromium (Debian's package) driven by Playwright.
 
 Loads the card list, applies two filters through the form, opens a card, and saves a screenshot
-under ``test-output/``. ``.ci/run`` installs Chromium and sets ``MEMARC_REQUIRE_BROWSER=1``, so
+under ``test-output/``. ``.ci/run`` installs Chromium and sets ``MEMARC_NO_SKIP=1``, so
 in CI a missing browser is a failure, not a skip; elsewhere the test is skipped when no Chromium
 binary exists.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import start_server, stop_server
+from conftest import skip_or_fail, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("MEMARC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -25,9 +25,7 @@ BASE = "/api/workspaces/acme/memory"
 @pytest.fixture
 def chromium() -> str:
     if CHROMIUM is None:
-        if os.environ.get("MEMARC_REQUIRE_BROWSER"):
-            pytest.fail("MEMARC_REQUIRE_BROWSER is set but no chromium binary was found")
-        pytest.skip("no chromium binary (CI installs Debian's chromium)")
+        skip_or_fail("no chromium binary (CI installs Debian's chromium)")
     return CHROMIUM
 
 

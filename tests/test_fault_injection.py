@@ -27,9 +27,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import msgspec
 import psycopg
-import pytest
 
-from conftest import free_port
+from conftest import free_port, skip_or_fail
 from shared.audit import audit
 from shared.db import Database
 from shared.service import Archive
@@ -99,7 +98,7 @@ async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
         h = env.token("acme")
         p = urlsplit(env.settings.database_url)
         if p.hostname in (None, "") or p.port is None:
-            pytest.skip("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded uses a socket
+            skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
         proxy = TcpProxy(p.hostname, p.port)
         await proxy.start()
         db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
