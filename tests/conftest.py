@@ -223,6 +223,23 @@ def make_env(fresh_db: str, redis_url: str, embedder: Embedder, index_engine: st
     return factory
 
 
+async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None = None,
+                      **payload_overrides: Any) -> uuid.UUID:
+    """Write a point straight into the workspace ``acme``'s index, bypassing PostgreSQL (a
+    ghost, forged or misplaced point), with real embeddings of the card's projected text;
+    ``pid`` defaults to the card's own id."""
+    from shared.index import PointIn
+    from shared.models import Card
+    from shared.projection import payload, projected_text
+
+    card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
+    dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
+    pid = pid or uuid.UUID(card.id[4:])
+    await env.resources.index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
+                                                      payload={**payload(card), **payload_overrides})])
+    return pid
+
+
 async def make_incompatible_collection(index, workspace: str, dimension: int = 384) -> None:
     """Replace the workspace collection by one without the BM25 vector (an old deployment), on
     either embedded engine."""

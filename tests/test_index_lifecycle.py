@@ -9,12 +9,12 @@ import msgspec
 import psycopg
 import pytest
 
-from conftest import make_incompatible_collection
+from conftest import index_point, make_incompatible_collection
 from shared import repository
 from shared.db import Q
-from shared.index import PointIn, QdrantClientEngine
+from shared.index import QdrantClientEngine
 from shared.index_edge import QdrantEdgeEngine
-from shared.projection import payload, project_operations, projected_text
+from shared.projection import project_operations
 
 pytestmark = pytest.mark.both_engines
 
@@ -150,13 +150,7 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
         await env.drain()
         index = env.resources.index
         # an orphan point (no card) in the current collection
-        ghost = dict(cards[0], id=f"mem-{uuid.uuid4()}")
-        from shared.models import Card
-
-        gcard = Card(**{**ghost, "dependencies": [], "links": [], "source": None})
-        dense, sparse = await env.resources.embedder.embed_documents([projected_text(gcard)], "en")
-        await index.upsert("acme", [PointIn(id=uuid.UUID(ghost["id"][4:]), dense=dense[0],
-                                            sparse=sparse[0], payload=payload(gcard))])
+        await index_point(env, dict(cards[0], id=f"mem-{uuid.uuid4()}"))
         # replace the collection by one without the BM25 vector (as an old deployment had it)
         await make_incompatible_collection(index, "acme")
         r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "invoices"})
@@ -232,8 +226,6 @@ async def test_cards_written_during_a_rebuild_end_up_current(make_env, monkeypat
 
 
 async def test_audit_finds_missing_stale_orphan_and_misplaced_points_and_repairs(make_env):
-    from shared.models import Card
-
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
@@ -242,18 +234,12 @@ async def test_audit_finds_missing_stale_orphan_and_misplaced_points_and_repairs
         index = env.resources.index
         ids = [uuid.UUID(c["id"][4:]) for c in cards]
 
-        async def put(card_json, pid, **overrides):
-            card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
-            dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
-            await index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
-                                                payload={**payload(card), **overrides})])
-
         await index.delete("acme", [ids[0]])                      # missing
-        await put(cards[1], ids[1], revision=7)                   # stale
+        await index_point(env, cards[1], ids[1], revision=7)               # stale
         orphan = uuid.uuid4()
-        await put(cards[2], orphan)                               # orphan
+        await index_point(env, cards[2], orphan)                           # orphan
         misplaced = uuid.uuid4()
-        await put(cards[2], misplaced, workspace="other")         # misplaced
+        await index_point(env, cards[2], misplaced, workspace="other")     # misplaced
         r = await env.client.put(f"{BASE}/{cards[3]['id']}", headers=h, json=_rule(
             "Rule 3 about invoices", "Invoices are issued on Mondays.", revision=1))  # pending
         assert r.status_code == 200

@@ -7,8 +7,7 @@ import uuid
 import psycopg
 import pytest
 
-from shared.index import PointIn
-from shared.projection import payload, projected_text
+from conftest import index_point
 from shared.repository import PROJECTION_FORMAT
 
 pytestmark = pytest.mark.both_engines
@@ -18,21 +17,6 @@ BASE = "/api/workspaces/acme/memory"
 
 def _rule(title: str, rule: str) -> dict:
     return {"family": "sql_rule", "title": title, "content": {"rule": rule}}
-
-
-async def _ghost(env, card_json: dict, **payload_overrides) -> uuid.UUID:
-    """Write a point straight into the index (bypassing PostgreSQL), embedding real text."""
-    from shared.models import Card
-
-    card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
-    text = projected_text(card)
-    dense, sparse = await env.resources.embedder.embed_documents([text], "en")
-    pid = uuid.UUID(card.id[4:])
-    p = payload(card)
-    p.update(payload_overrides)
-    await env.resources.index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
-                                                      payload=p)])
-    return pid
 
 
 async def test_ghost_stale_and_old_format_points_are_never_returned(make_env):
@@ -50,10 +34,10 @@ async def test_ghost_stale_and_old_format_points_are_never_returned(make_env):
         ghost_id = uuid.uuid4()
         ghost = dict(live[0], id=f"mem-{ghost_id}", title="Fiscal week starts Monday ghost",
                      content={"rule": "Fiscal week starts on Monday. Fiscal week."})
-        await _ghost(env, ghost)
+        await index_point(env, ghost)
         # 2. a point for a live card carrying a different revision and a forged title
         forged = dict(live[1], title="FORGED fiscal week", revision=live[1]["revision"] + 1)
-        await _ghost(env, forged)
+        await index_point(env, forged)
 
         r = await env.client.post(f"{BASE}/search", headers=h,
                                   json={"query": "fiscal week starts on Monday", "mode": "rules"})
@@ -86,7 +70,7 @@ async def test_response_content_comes_from_postgresql(make_env):
             "Currency conversion", "Convert amounts to EUR with the daily rate table."))).json()["card"]
         await env.drain()
         # overwrite the point's payload with the same revision but forged filter fields
-        await _ghost(env, dict(card, title="Currency conversion"), concepts=["forged"])
+        await index_point(env, dict(card, title="Currency conversion"), concepts=["forged"])
         r = await env.client.post(f"{BASE}/search", headers=h,
                                   json={"query": "convert amounts to EUR", "mode": "rules"})
         res = r.json()["results"]
@@ -103,7 +87,7 @@ async def test_dropped_hits_are_topped_up_from_the_index(make_env):
             "Refund policy", "Refunds are negative revenue rows in the payments table."))).json()["card"]
         await env.drain()
         for i in range(25):  # seeds for top=1 are 20 per branch
-            await _ghost(env, dict(live, id=f"mem-{uuid.uuid4()}",
+            await index_point(env, dict(live, id=f"mem-{uuid.uuid4()}",
                                    title=f"Refund policy refunds payments {i}"))
         r = await env.client.post(f"{BASE}/search", headers=h,
                                   json={"query": "refund policy refunds payments", "mode": "rules",
@@ -123,7 +107,7 @@ async def test_filters_are_rechecked_in_postgresql(make_env):
             scope="Logistics",
             dependencies=[{"database": "db1", "schema": "public", "table": "parcels"}]))).json()["card"]
         await env.drain()
-        await _ghost(env, card, scope="Finance", concepts=["money"],
+        await index_point(env, card, scope="Finance", concepts=["money"],
                      deps=[{"database": "db2", "schema": "public", "table": None, "column": None}])
         for filters in ({"scope": "Finance"}, {"concepts": ["money"]}, {"database": "db2"}):
             r = await env.client.post(f"{BASE}/search", headers=h, json={
