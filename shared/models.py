@@ -78,8 +78,6 @@ def parse_time_bound(name: str, raw: str | None) -> datetime | None:
 
     :raises InvalidInput: neither a date nor a timestamp (names ``name``).
     """
-    from .errors import InvalidInput
-
     text = (raw or "").strip()
     if not text:
         return None
