@@ -155,6 +155,11 @@ class Env:
     def workspace(self, name: str, language: str = "en") -> None:
         create_workspace(self.migrator_url, "memory", name, language)
 
+    def scalar(self, query: str, *params: Any) -> Any:
+        """The first column of the first row of ``query``, as the database owner (no RLS)."""
+        with psycopg.connect(self.migrator_url) as conn:
+            return conn.execute(query, params).fetchone()[0]
+
     def token(self, workspace: str, *permissions: str, **kw: Any) -> dict[str, str]:
         perms = list(permissions) or ["memory.manage"]
         tok = create_token(self.migrator_url, "memory", workspace, perms, **kw)["token"]

@@ -60,11 +60,6 @@ async def _seed(env, h) -> dict[str, str]:
     return ids
 
 
-def _scalar(env, sql, *params):
-    with psycopg.connect(env.migrator_url) as conn:
-        return conn.execute(sql, params).fetchone()[0]
-
-
 async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
     async with make_env() as env:
         env.workspace("acme")
@@ -87,7 +82,7 @@ async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
         # the surviving card lost its link to the deleted one, and kept its revision
         customers = (await env.client.get(f"{MEM}/{ids['customers']}", headers=hm)).json()["card"]
         assert customers["links"] == [] and customers["revision"] == 2
-        assert _scalar(env, "SELECT count(*) FROM memory.card_dependencies WHERE card_id = ANY(%s)",
+        assert env.scalar("SELECT count(*) FROM memory.card_dependencies WHERE card_id = ANY(%s)",
                        [uuid.UUID(ids[n][4:]) for n in gone]) == 0
         # points go through projection operations
         pending = (await env.client.get(f"{MEM}/pending", headers=hm)).json()
@@ -98,13 +93,13 @@ async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
         assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in gone}
 
         # the same run id again: the same receipt, nothing deleted twice
-        ops = _scalar(env, "SELECT count(*) FROM memory.projection_ops")
-        deletes = _scalar(env, "SELECT count(*) FROM memory.activity WHERE verb = 'delete'")
+        ops = env.scalar("SELECT count(*) FROM memory.projection_ops")
+        deletes = env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'delete'")
         again = await env.client.post(CHANGES, headers=hs, json=run)
         assert again.status_code == 200 and again.json() == result
         assert again.headers["idempotent-replayed"] == "true"
-        assert _scalar(env, "SELECT count(*) FROM memory.projection_ops") == ops
-        assert _scalar(env, "SELECT count(*) FROM memory.activity WHERE verb = 'delete'") == deletes
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops") == ops
+        assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'delete'") == deletes
         # order and duplicates do not make a new diff
         same = dict(run, removed_tables=["orders", " orders "])
         assert (await env.client.post(CHANGES, headers=hs, json=same)).json() == result
@@ -120,7 +115,7 @@ async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
         left = sorted(n for n in CARDS if n not in gone | {"customers.email"})
         assert left == sorted(["customers", "database-only", "schema-only", "workspace-wide",
                                "other-database", "other-schema"])
-        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(left)
+        assert env.scalar("SELECT count(*) FROM memory.cards") == len(left)
         with psycopg.connect(env.migrator_url) as conn:
             runs = conn.execute("SELECT run_id, status FROM memory.schema_change_runs "
                                 "ORDER BY run_id").fetchall()
@@ -140,7 +135,7 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
         service = SchemaChanges(env.resources.db, env.resources.queue)
         row = await service.record(principal, "acme", SchemaChangeRequest(**run))
         assert row["status"] == "cleanup_pending"
-        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(CARDS)
+        assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)
         # a new run for the same database/schema is refused while this one is incomplete
         r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-10"))
         assert r.status_code == 409 and r.json()["run_id"] == "sync-9"
@@ -220,13 +215,13 @@ async def test_a_process_killed_between_the_phases_leaves_a_run_that_completes(m
                 break
             await asyncio.sleep(0.05)
         assert status == ("cleanup_pending",)
-        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(CARDS)
+        assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)
         r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-k2"))
         assert r.status_code == 409
         r = await env.client.post(CHANGES, headers=hs, json=run)
         assert r.status_code == 200 and r.json()["status"] == "done"
         assert r.json()["deleted"] == sorted(ids[n] for n in ("orders", "orders.id", "mixed"))
-        assert _scalar(env, "SELECT count(*) FROM memory.cards") == len(CARDS) - 3
+        assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS) - 3
 
 
 async def test_permissions_bindings_and_bad_input(make_env):
@@ -243,14 +238,14 @@ async def test_permissions_bindings_and_bad_input(make_env):
                                 ({}, 401)):
             r = await env.client.post(CHANGES, headers=headers, json=run)
             assert r.status_code == status, (status, r.text)
-        assert _scalar(env, "SELECT count(*) FROM memory.schema_change_runs") == 0
+        assert env.scalar("SELECT count(*) FROM memory.schema_change_runs") == 0
         hs = env.token("acme", "memory.schema")
         for body in (dict(run, database="  "), dict(run, removed_tables=[""]),
                      dict(run, removed_columns=[{"table": "orders"}]), dict(run, extra=1),
                      {k: v for k, v in run.items() if k != "schema"}):
             r = await env.client.post(CHANGES, headers=hs, json=body)
             assert r.status_code in (400, 422), (body, r.text)
-        assert _scalar(env, "SELECT count(*) FROM memory.schema_change_runs") == 0
+        assert env.scalar("SELECT count(*) FROM memory.schema_change_runs") == 0
         bound = env.token("acme", "memory.schema", database="shop", db_schema="public")
         r = await env.client.post(CHANGES, headers=bound, json=run)
         assert r.status_code == 200 and r.json()["deleted"] == []

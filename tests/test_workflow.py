@@ -61,11 +61,6 @@ async def _review(env, h, session, body, status=200):
     return r
 
 
-def _count(env, sql, *params):
-    with psycopg.connect(env.migrator_url) as conn:
-        return conn.execute(sql, params).fetchone()[0]
-
-
 async def test_propose_summary_review_and_solved_index_end_to_end(make_env):
     async with make_env() as env:
         env.workspace("acme")
@@ -198,11 +193,11 @@ async def test_replaying_a_review_five_times_concurrently_creates_each_card_once
         bodies = [r.json() for r in responses]
         assert all(b == bodies[0] for b in bodies)
         assert sum(r.headers.get("idempotent-replayed") == "true" for r in responses) == 4
-        assert _count(env, "SELECT count(*) FROM memory.cards") == 2
-        assert _count(env, "SELECT count(*) FROM memory.card_links") == 1
-        assert _count(env, "SELECT count(*) FROM memory.projection_ops") == 2
-        assert _count(env, "SELECT count(*) FROM memory.review_receipts") == 1
-        assert _count(env, "SELECT count(*) FROM memory.activity WHERE verb = 'create'") == 2
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 2
+        assert env.scalar("SELECT count(*) FROM memory.card_links") == 1
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops") == 2
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
+        assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'create'") == 2
 
         # a card created by the review and deleted since is not recreated by a replay
         q1 = next(i["card_id"] for i in bodies[0]["items"] if i["key"] == "q1")
@@ -210,7 +205,7 @@ async def test_replaying_a_review_five_times_concurrently_creates_each_card_once
         r = await _review(env, hr, "s-2", body)
         assert r.json() == bodies[0] and r.headers["idempotent-replayed"] == "true"
         assert (await env.client.get(f"{MEM}/{q1}", headers=hm)).status_code == 404
-        assert _count(env, "SELECT count(*) FROM memory.cards") == 1
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 1
         # solved-index never re-creates it either: it reports it deleted
         si = (await env.client.post(f"{SESSION}/s-2/solved-index", headers=hr)).json()
         assert {c["card_id"]: c["status"] for c in si["cards"]}[q1] == "deleted"
@@ -223,7 +218,7 @@ async def test_replaying_a_review_five_times_concurrently_creates_each_card_once
         assert "different request" in r.json()["detail"]
         r = await _review(env, hr, "s-other", body, 409)
         assert "another session" in r.json()["detail"]
-        assert _count(env, "SELECT count(*) FROM memory.review_receipts") == 1
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
 
 
 async def test_a_batch_with_one_stale_update_writes_nothing_and_names_it(make_env):
@@ -250,16 +245,16 @@ async def test_a_batch_with_one_stale_update_writes_nothing_and_names_it(make_en
         assert any("stale" in p for p in items["rev-upd"]["problems"])
         assert items["churn-upd"]["stale"] is False and summary["counts"]["stale"] == 1
 
-        before = _count(env, "SELECT count(*) FROM memory.projection_ops")
+        before = env.scalar("SELECT count(*) FROM memory.projection_ops")
         body = {"review_id": "rv-3", "selected": [{"key": k} for k in
                                                   ("active", "q1", "churn-upd", "rev-upd")]}
         r = await _review(env, hr, "s-3", body, 409)
         problem = r.json()
         assert problem["code"] == "stale_revision" and problem["item"] == "rev-upd"
         assert "rev-upd" in problem["detail"] and problem["current_revision"] == 2
-        assert _count(env, "SELECT count(*) FROM memory.cards") == 2
-        assert _count(env, "SELECT count(*) FROM memory.projection_ops") == before
-        assert _count(env, "SELECT count(*) FROM memory.review_receipts") == 0
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 2
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops") == before
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
         shown = (await env.client.get(f"{MEM}/{churn['id']}", headers=hm)).json()["card"]
         assert shown["revision"] == 1 and shown["title"] == "Churned customer"
         # no receipt was written: the reviewer can drop the stale item and apply the rest
@@ -310,8 +305,8 @@ async def test_links_between_new_cards_resolve_and_another_workspace_link_fails(
         problem = r.json()
         assert problem["item"] == "q1" and problem["field"] == "selected[1].links[1].target"
         assert theirs["id"] in problem["detail"]
-        assert _count(env, "SELECT count(*) FROM memory.cards WHERE workspace_id = 'acme'") == 2
-        assert _count(env, "SELECT count(*) FROM memory.review_receipts") == 1
+        assert env.scalar("SELECT count(*) FROM memory.cards WHERE workspace_id = 'acme'") == 2
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
         # a reused card is not written, but an invalid link on it still fails the batch
         await _propose(env, hr, "s-7", [active_def()])  # identical to the s-4 card
         r = await _review(env, hr, "s-7", {"review_id": "rv-7", "selected": [
@@ -328,7 +323,7 @@ async def test_links_between_new_cards_resolve_and_another_workspace_link_fails(
             {"key": "u", "kind": "update", "card_id": theirs["id"], "revision": 1,
              "title": "mine now", "decisions": APPROVED}]})
         assert r.status_code == 422 and "not a card of this workspace" in r.json()["detail"]
-        assert _count(env, "SELECT count(*) FROM memory.cards WHERE workspace_id = 'other'") == 1
+        assert env.scalar("SELECT count(*) FROM memory.cards WHERE workspace_id = 'other'") == 1
 
 
 async def test_refusals(make_env):
@@ -370,8 +365,8 @@ async def test_refusals(make_env):
                 "definition": "a customer WITH a purchase in the last 30 days."})]})
         assert r.status_code == 422 and r.json()["item"] == "active2"
         assert "same family and content" in r.json()["detail"]
-        assert _count(env, "SELECT count(*) FROM memory.session_proposals") == 0
-        assert _count(env, "SELECT count(*) FROM memory.activity WHERE verb = 'propose' "
+        assert env.scalar("SELECT count(*) FROM memory.session_proposals") == 0
+        assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'propose' "
                            "AND outcome = 'rejected:invalid_input'") == 9
 
         # permission missing -> 403; another workspace's token -> 404 (on every route)
@@ -407,8 +402,8 @@ async def test_refusals(make_env):
         r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [  # family is fixed
             {"key": "q1", "edits": {"content": {"question": "x"}, "family": "sql_rule"}}]}, 400)
         assert "unknown field `family`" in r.text
-        assert _count(env, "SELECT count(*) FROM memory.cards") == 0
-        assert _count(env, "SELECT count(*) FROM memory.review_receipts") == 0
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 0
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
         r = await env.client.get(f"{SESSION}/nobody/summary", headers=hr)
         assert r.status_code == 404
         r = await env.client.post(f"{SESSION}/s-r/solved-index", headers=hr)
@@ -423,7 +418,7 @@ async def test_refusals(make_env):
         again = await _review(env, hr, "s-r", {"review_id": "rv-r", "decline_all": True,
                                                "note": "not reusable"})
         assert again.json() == declined and again.headers["idempotent-replayed"] == "true"
-        assert _count(env, "SELECT count(*) FROM memory.cards") == 0
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 0
 
 
 async def test_updates_keep_identity_origin_and_workflow_source(make_env):
@@ -460,7 +455,7 @@ async def test_updates_keep_identity_origin_and_workflow_source(make_env):
                 "definition": "a customer with a purchase in the LAST 28 days."}}}]})).json()
         assert receipt["items"][0]["action"] == "reused" and receipt["items"][0]["card_id"] == cid
         assert receipt["projection"] == []
-        assert _count(env, "SELECT count(*) FROM memory.cards") == 1
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 1
 
 
 async def test_workflow_tables_are_isolated_by_workspace(make_env):
