@@ -17,14 +17,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from shared.admin import create_workspace
+from shared.archive.cards import Archive
 from shared.auth import Principal
 from shared.config import load_settings
-from shared.migrate import migrate
 from shared.models import ImportCard
-from shared.projection import project_operations
-from shared.service import Archive
-from shared.worker import Resources
+from shared.projection.project import project_operations
+from shared.resources import Resources
+from shared.store.bootstrap import create_workspace
+from shared.store.migrations import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"

@@ -56,11 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._archive import admin_url  # noqa: E402
 from bench.recall_latency import pct  # noqa: E402
-from shared.admin import create_workspace  # noqa: E402
-from shared.db import MIGRATIONS_DIR  # noqa: E402
-from shared.migrate import migrate  # noqa: E402
 from shared.models import ImportCard  # noqa: E402
-from shared.repository import PROJECTION_FORMAT  # noqa: E402
+from shared.store.bootstrap import create_workspace  # noqa: E402
+from shared.store.database import MIGRATIONS_DIR  # noqa: E402
+from shared.store.migrations import migrate  # noqa: E402
+from shared.store.repository import PROJECTION_FORMAT  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 WORKSPACE = "bench"
@@ -296,7 +296,7 @@ def _ilike_in_place() -> Any:
     statement of the page."""
     from psycopg import sql as _sql
 
-    from shared import repository
+    from shared.store import repository
 
     originals = repository._list_where, repository.text_matches
     function = _sql.SQL("c.id IN (SELECT card_text_matches(%(q_like)s))")
@@ -432,9 +432,9 @@ class _Explaining:
 async def explain(url: str, plans: bool) -> None:
     """Time every statement of the list page for each scenario (as the reader role, in a
     read-only transaction, as the explorer runs them)."""
-    from shared import repository
-    from shared.db import Database
     from explorer_plugin.views import _list_query
+    from shared.store import repository
+    from shared.store.database import Database
 
     class _Req:
         def __init__(self, params: dict[str, Any]) -> None:

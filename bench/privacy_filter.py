@@ -3,7 +3,7 @@
 when present; no database needed).
 
 Over the BIRD cards shipped with the package: the time to build every card's filtered document
-(:func:`shared.projection.projected_document`: text + payload through the filter) against the
+(:func:`shared.projection.project.projected_document`: text + payload through the filter) against the
 unfiltered one (``projected_text`` + ``payload``), and against embedding (dense + BM25, the
 archive's own embedding call) of a sample of the same texts, per card, in the same process. Also
 counts the cards the filter changes (false positives: these cards hold no secrets).
@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shared.config import load_settings  # noqa: E402
-from shared.embedding import Embedder  # noqa: E402
+from shared.index.embedding import Embedder  # noqa: E402
 from shared.models import Card  # noqa: E402
 from shared.privacy import DEFAULT_FILTER  # noqa: E402
-from shared.projection import payload, projected_document, projected_text  # noqa: E402
+from shared.projection.project import payload, projected_document, projected_text  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"

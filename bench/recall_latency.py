@@ -36,14 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench._archive as _archive  # noqa: E402
 from bench._archive import ROOT, BenchArchive, build  # noqa: E402
 from shared.config import load_settings  # noqa: E402
-from shared.index_edge import QdrantEdgeEngine  # noqa: E402
-from shared.index import PointIn  # noqa: E402
-from shared.embedding import SparseVector  # noqa: E402
+from shared.index.edge import QdrantEdgeEngine  # noqa: E402
+from shared.index.embedding import SparseVector  # noqa: E402
+from shared.index.engine import PointIn  # noqa: E402
 from shared.models import SearchRequest  # noqa: E402
-from shared.recall import RecallTimings, build_filter, recall, seed_count  # noqa: E402
-from shared.repository import PROJECTION_FORMAT  # noqa: E402
+from shared.recall.verified import RecallTimings, build_filter, recall, seed_count  # noqa: E402
+from shared.store.repository import PROJECTION_FORMAT  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
-
 
 COPY_SQL = """
 INSERT INTO memory.cards (workspace_id, id, family, title, scope, origin, source, concepts,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.admin import WORKSPACE_RE
 from shared.errors import NotFound
+from shared.store.bootstrap import WORKSPACE_RE
 
 from . import config
 

@@ -1,8 +1,8 @@
 """The explorer's connections: the runner's shared resources, or a pool opened on first use.
 
 In the single-process default (``memarc up``) the runner sets ``datasette.memarc_resources`` (a
-:class:`shared.worker.Resources`): the explorer then uses its database pool and, for the recall
-page, its index and embedder. A standalone explorer opens its own :class:`shared.db.Database`
+:class:`shared.resources.Resources`): the explorer then uses its database pool and, for the recall
+page, its index and embedder. A standalone explorer opens its own :class:`shared.store.database.Database`
 lazily, on the first request, in the serving event loop (Datasette 0.65 has no shutdown hook: the
 pool lives until the process exits; :func:`close` exists for tests and embedding hosts).
 """
@@ -13,10 +13,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.db import Database
-from shared.embedding import Embedder
 from shared.errors import DatabaseUnavailable
-from shared.index import IndexEngine
+from shared.index.embedding import Embedder
+from shared.index.engine import IndexEngine
+from shared.store.database import Database
 
 from . import config
 

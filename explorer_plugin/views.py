@@ -1,8 +1,8 @@
 """The explorer's pages (DESIGN §10): workspaces, card list (+ ``.json`` / ``.csv``), card detail,
 pending index operations and recall.
 
-Each view checks Datasette permissions, parses its query string, calls :mod:`shared.browse` (or
-:func:`shared.recall.recall`) and renders. No SQL here. Archive errors raised by a view are turned
+Each view checks Datasette permissions, parses its query string, calls :mod:`shared.archive.browsing` (or
+:func:`shared.recall.verified.recall`) and renders. No SQL here. Archive errors raised by a view are turned
 into Datasette-style error pages in one place, :func:`error_response`.
 """
 
@@ -22,15 +22,14 @@ from typing import Any
 import msgspec
 from datasette import Response
 
-from shared import browse
+from shared.archive import browsing as browse
 from shared.auth import Principal
 from shared.errors import ArchiveError, BadRequest, Forbidden, InvalidInput, Unavailable
 from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MAX_QUERY, MAX_TOP, ORIGINS, Card,
-                           SearchRequest)
+                           SearchRequest, parse_time_bound)
 from shared.models import convert as convert_model
-from shared.models import parse_time_bound
-from shared.recall import recall
-from shared.repository import SORTS, ListQuery
+from shared.recall.verified import recall
+from shared.store.repository import SORTS, ListQuery
 
 from . import access, resources
 

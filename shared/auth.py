@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from .db import Q, Database
-from .errors import Forbidden, Unauthorized
+from shared.errors import Forbidden, Unauthorized
+from shared.store.database import Database, Q
 
 Permission = Literal["memory.read", "memory.manage", "memory.review", "memory.schema"]
 PERMISSIONS: tuple[str, ...] = ("memory.read", "memory.manage", "memory.review", "memory.schema")
@@ -59,7 +59,7 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
         :raises NotFound: the principal belongs to another workspace (indistinguishable from a
             missing one). :raises Forbidden: the permission is missing.
         """
-        from .errors import NotFound
+        from shared.errors import NotFound
 
         if workspace != self.workspace:
             raise NotFound(f"no workspace {workspace!r}")

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from .errors import InvalidInput
+from shared.errors import InvalidInput
 
 # ---- bounds (each named in the 422 that enforces it) ----
 MAX_TITLE = 200
@@ -329,7 +329,7 @@ def decode_json(data: bytes, type_: Any) -> Any:
 
     :raises BadRequest: malformed JSON. :raises InvalidInput: wrong shape or out of bounds.
     """
-    from .errors import BadRequest
+    from shared.errors import BadRequest
 
     try:
         return msgspec.json.decode(data, type=type_)

@@ -50,7 +50,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import Unavailable
+from shared.errors import Unavailable
 
 MARKER = "[REDACTED:{kind}]"
 #: Default longest text the filter accepts (characters).

@@ -22,15 +22,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import psycopg
 import pytest
-import httpx
 
-from shared.admin import create_token, create_workspace
 from shared.config import Settings, load_settings
-from shared.embedding import Embedder
-from shared.migrate import migrate
-from shared.worker import Resources, build_worker
+from shared.index.embedding import Embedder
+from shared.projection.jobs import build_worker
+from shared.resources import Resources
+from shared.store.bootstrap import create_token, create_workspace
+from shared.store.migrations import migrate
 from writer.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,9 +234,9 @@ async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None
     """Write a point straight into the workspace ``acme``'s index, bypassing PostgreSQL (a
     ghost, forged or misplaced point), with real embeddings of the card's projected text;
     ``pid`` defaults to the card's own id."""
-    from shared.index import PointIn
+    from shared.index.engine import PointIn
     from shared.models import Card
-    from shared.projection import payload, projected_text
+    from shared.projection.project import payload, projected_text
 
     card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
     dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
@@ -248,7 +249,7 @@ async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None
 async def make_incompatible_collection(index, workspace: str, dimension: int = 384) -> None:
     """Replace the workspace collection by one without the BM25 vector (an old deployment), on
     either embedded engine."""
-    from shared.index_edge import QdrantEdgeEngine
+    from shared.index.edge import QdrantEdgeEngine
 
     await index.drop(workspace)
     if isinstance(index, QdrantEdgeEngine):

@@ -12,12 +12,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-
 REPO = Path(__file__).parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from conftest import skip_or_fail  # noqa: E402
+
 from shared import bird  # noqa: E402
 
 CARDS_FILE = REPO / "shared" / "data" / "bird_cards.jsonl.gz"

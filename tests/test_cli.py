@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-
 from conftest import free_port, start_server, stop_server
+
 from writer.app import create_app
 from writer.cli import COMMANDS, build_parser, main
 

@@ -10,10 +10,11 @@ import pytest
 
 from shared.config import load_settings
 from shared.errors import IndexIncompatible
-from shared.repository import PROJECTION_FORMAT
-from shared.index import IndexFilter, PointIn, QdrantClientEngine
-from shared.index_edge import QdrantEdgeEngine
-from shared.worker import open_index
+from shared.index.edge import QdrantEdgeEngine
+from shared.index.engine import IndexFilter, PointIn
+from shared.index.qdrant import QdrantClientEngine
+from shared.resources import open_index
+from shared.store.repository import PROJECTION_FORMAT
 
 BASE = "/api/workspaces/acme/memory"
 

@@ -13,10 +13,10 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.index import IndexFilter
-from shared.recall import (HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS, CandidateRow,
-                           expand_links, rrf_fuse)
-from shared.repository import PROJECTION_FORMAT
+from shared.index.engine import IndexFilter
+from shared.recall.verified import (HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS, CandidateRow,
+                                    expand_links, rrf_fuse)
+from shared.store.repository import PROJECTION_FORMAT
 
 IDS = [uuid.UUID(int=i + 1) for i in range(400)]
 

@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import skip_or_fail, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,12 +27,12 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import msgspec
 import psycopg
-
 from conftest import free_port, skip_or_fail
-from shared.audit import audit
-from shared.db import Database
-from shared.service import Archive
-from shared.worker import build_worker, stop_worker
+
+from shared.archive.cards import Archive
+from shared.projection.jobs import build_worker, stop_worker
+from shared.projection.reconciliation import audit
+from shared.store.database import Database
 from writer.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,9 +241,9 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
                     "MEMARC_BM25_MODEL_PATH": s.bm25_model_path or "",
                     "MEMARC_COLLECTION_PREFIX": s.collection_prefix, "MEMARC_LOG_LEVEL": "WARNING"}
         # cards first, while no worker runs: 600 BIRD cards, all pending
-        from writer.runner import bundled_cards
-
         import gzip
+
+        from writer.runner import bundled_cards
         lines = gzip.decompress(bundled_cards().read_bytes()).splitlines()[:600]
         body = b"\n".join(json.dumps(dict(json.loads(x), links=[])).encode() for x in lines)
         r = await env.client.post("/api/workspaces/bird/memory/import", content=body,
@@ -300,7 +300,7 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
         # the points match PostgreSQL (read the embedded index now that `memarc up` is gone)
-        from shared.worker import open_index
+        from shared.resources import open_index
 
         engine = open_index(msgspec.structs.replace(s, data_dir=str(tmp_path / "up")))
         try:

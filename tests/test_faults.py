@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import msgspec
 import psycopg
-
 from conftest import make_incompatible_collection
 
-from shared.db import Database
-from shared.index import QdrantClientEngine
-from shared.queue import ProjectionQueue
-from shared.service import Archive
-from shared.worker import build_worker
+from shared.archive.cards import Archive
+from shared.index.qdrant import QdrantClientEngine
+from shared.projection.jobs import build_worker
+from shared.projection.queue import ProjectionQueue
+from shared.store.database import Database
 from writer.app import create_app
 
 CARD = {"family": "sql_rule", "title": "Use order_date for bookings",

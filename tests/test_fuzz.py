@@ -35,11 +35,11 @@ from typing import Any
 import psycopg
 import pytest
 import schemathesis
+from conftest import archive_row_counts, start_server, stop_server
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from conftest import archive_row_counts, start_server, stop_server
 from writer.app import create_app
 
 WS = "wa"

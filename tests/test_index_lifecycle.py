@@ -8,13 +8,13 @@ import uuid
 import msgspec
 import psycopg
 import pytest
-
 from conftest import index_point, make_incompatible_collection
-from shared import repository
-from shared.db import Q
-from shared.index import QdrantClientEngine
-from shared.index_edge import QdrantEdgeEngine
-from shared.projection import project_operations
+
+from shared.index.edge import QdrantEdgeEngine
+from shared.index.qdrant import QdrantClientEngine
+from shared.projection.project import project_operations
+from shared.store import repository
+from shared.store.database import Q
 
 pytestmark = pytest.mark.both_engines
 
@@ -191,7 +191,7 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
 
 async def test_cards_written_during_a_rebuild_end_up_current(make_env, monkeypatch):
     """A card updated and one created while the rebuild reads: both current after the switch."""
-    import shared.rebuild as rebuild
+    from shared.projection import rebuild
 
     async with make_env() as env:
         env.workspace("acme")
@@ -263,7 +263,7 @@ async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(ma
     """Issue 7: arq with max_jobs=4 in one process, 30 quick updates of one card while the worker
     runs. The recorded projection's revision never goes down, and the end state is the last
     revision everywhere (PostgreSQL record, point payload, recall content)."""
-    from shared.worker import build_worker, stop_worker
+    from shared.projection.jobs import build_worker, stop_worker
 
     async with make_env() as env:
         env.workspace("acme")
@@ -310,8 +310,8 @@ async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(m
     """A graceful stop cancels a running rebuild: it goes back to `queued` at once (not `running`
     until its lease expires), its half-built collection is dropped, and the next worker run
     completes it."""
-    import shared.rebuild as rebuild
-    from shared.rebuild import rebuild_index
+    from shared.projection import rebuild
+    from shared.projection.rebuild import rebuild_index
 
     async with make_env() as env:
         env.workspace("acme")
@@ -359,7 +359,7 @@ async def test_a_large_rebuild_optimizes_its_collection_out_of_process(make_env)
     """The rebuild's optimize step (HNSW, ``OPTIMIZE_MIN_CARDS`` lowered to 1 here): on Qdrant
     Edge a child process optimizes the private shard, which is reopened afterwards; the switched
     collection answers recall as before."""
-    from shared.rebuild import rebuild_index
+    from shared.projection.rebuild import rebuild_index
 
     async with make_env() as env:
         env.workspace("acme")

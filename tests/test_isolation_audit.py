@@ -15,15 +15,15 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from conftest import archive_row_counts, archive_tables, start_server, stop_server
+
+from shared.archive.cards import Archive
 from shared.auth import PERMISSIONS, Principal
 from shared.errors import Forbidden, NotFound
 from shared.models import CardWrite, SearchRequest
-from shared.repository import ListQuery
-from shared.schema_changes import SchemaChangeRequest, SchemaChanges
-from shared.service import Archive
-from shared.workflow import ProposeRequest, ReviewRequest, Workflow
+from shared.store.repository import ListQuery
+from shared.workflow.proposals import ProposeRequest, ReviewRequest, Workflow
+from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChanges
 from writer.app import create_app
 from writer.auth import authorize
 from writer.cli import COMMANDS, main

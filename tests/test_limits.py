@@ -16,11 +16,11 @@ import logging
 from typing import Any
 
 import psycopg
-
 from conftest import archive_row_counts
+
 from shared import models
+from shared.archive.cards import MAX_IMPORT_CARDS
 from shared.auth import FailedAuthLog
-from shared.service import MAX_IMPORT_CARDS
 from writer.app import MAX_IMPORT_BYTES, create_app
 
 BASE = "/api/workspaces/acme/memory"
@@ -291,9 +291,9 @@ async def test_every_mutating_route_records_success_and_rejection(make_env):
 async def test_a_failed_mutation_is_recorded_as_failed(make_env):
     """A use case that fails on a dependency (here: no index in this process) leaves a
     ``failed:<code>`` record; the shared core records it, whatever surface called it."""
+    from shared.archive.cards import Archive
     from shared.auth import Principal
     from shared.errors import IndexUnavailable
-    from shared.service import Archive
 
     async with make_env() as env:
         env.workspace("acme")

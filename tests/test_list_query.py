@@ -84,8 +84,8 @@ async def test_filters_sorts_and_pagination(make_env):
 
 
 async def test_facets_count_every_filter_but_their_own(make_env):
-    from shared import repository
-    from shared.repository import ListQuery
+    from shared.store import repository
+    from shared.store.repository import ListQuery
 
     async with make_env() as env:
         await _seed(env)
@@ -105,8 +105,8 @@ async def test_facets_count_every_filter_but_their_own(make_env):
 async def test_text_search_is_a_literal_substring_of_title_or_content_in_this_workspace(make_env):
     """``q`` goes through migration 004's owner function: same matches as ILIKE on the
     workspace's cards, wildcards taken literally, another workspace's cards never matched."""
-    from shared import repository
-    from shared.repository import ListQuery
+    from shared.store import repository
+    from shared.store.repository import ListQuery
 
     async with make_env() as env:
         h, ids = await _seed(env)
@@ -154,8 +154,8 @@ async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env):
     themselves, for combinations of every filter (the one-entry rule included)."""
     import itertools
 
-    from shared import repository
-    from shared.repository import ListQuery
+    from shared.store import repository
+    from shared.store.repository import ListQuery
 
     async with make_env() as env:
         h, _ = await _seed(env)

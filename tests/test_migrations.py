@@ -8,9 +8,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared.db import MIGRATIONS_DIR, Database, expected_schema_version
 from shared.errors import SchemaOutdated
-from shared.migrate import MigrationError, migrate
+from shared.store.database import MIGRATIONS_DIR, Database, expected_schema_version
+from shared.store.migrations import MigrationError, migrate
 
 
 def test_migrate_twice_is_a_noop(empty_db):

@@ -16,18 +16,18 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_explorer import explorer, get  # noqa: F401  (fixture and helper)
 
-from shared import repository
 from shared.auth import Principal
-from shared.recall import recall
 from shared.errors import SchemaOutdated
-from shared.index import IndexFilter
-from shared.migrate import migrate
+from shared.index.engine import IndexFilter
 from shared.models import Card, Dependency, SearchRequest
 from shared.privacy import PrivacyFilter, PrivacyFilterFailed, Rule
-from shared.projection import project_operations, projected_document, projected_text
-from shared.worker import Resources
-from test_explorer import explorer, get  # noqa: F401  (fixture and helper)
+from shared.projection.project import project_operations, projected_document, projected_text
+from shared.recall.verified import recall
+from shared.resources import Resources
+from shared.store import repository
+from shared.store.migrations import migrate
 
 BASE = "/api/workspaces/acme/memory"
 F = PrivacyFilter()

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 
 from shared.auth import Principal
-from shared.schema_changes import SchemaChangeRequest, SchemaChanges
+from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChanges
 
 ROOT = Path(__file__).resolve().parents[1]
 MEM = "/api/workspaces/acme/memory"
@@ -157,10 +157,11 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
 
 KILLED = r"""
 import asyncio, json, os, sys
-from shared import repository, schema_changes
+from shared.store import repository
+from shared.workflow import schema_changes
 from shared.auth import Principal
-from shared.db import Database
-from shared.queue import ProjectionQueue
+from shared.store.database import Database
+from shared.projection.queue import ProjectionQueue
 
 async def main():
     db = Database(os.environ["TEST_DB_URL"], "memory")

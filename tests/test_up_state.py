@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from shared.admin import revoke_labelled_tokens
 from shared.config import load_settings
+from shared.store.bootstrap import revoke_labelled_tokens
 from writer.runner import _explorer_app, _explorer_secret
 
 

@@ -6,9 +6,9 @@ import uuid
 
 import psycopg
 import pytest
-
 from conftest import index_point
-from shared.repository import PROJECTION_FORMAT
+
+from shared.store.repository import PROJECTION_FORMAT
 
 pytestmark = pytest.mark.both_engines
 

@@ -9,8 +9,8 @@ import uuid
 
 import psycopg
 import pytest
-
 from conftest import start_server, stop_server
+
 from writer.app import create_app
 from writer.cli import main
 

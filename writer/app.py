@@ -1,4 +1,4 @@
-"""The writer: a Litestar app over :class:`shared.service.Archive` (DESIGN §3, §5, §8).
+"""The writer: a Litestar app over :class:`shared.archive.cards.Archive` (DESIGN §3, §5, §8).
 
 Handlers parse, call ``shared``, return. Errors are translated in one table of exception handlers
 into RFC 9457 problem details (``application/problem+json``) with a machine-readable ``code``.
@@ -22,19 +22,19 @@ from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from litestar.types import Scope
 
 from shared import models
-from shared.activity import record_rejection
+from shared.archive.activity import record_rejection
+from shared.archive.cards import (Archive, CardDetail, CardPage, DeleteResult, ImportResult,
+                                  PendingPage, RetryResult, WriteResult)
 from shared.auth import FailedAuthLog, Principal
 from shared.config import Settings
 from shared.errors import (ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput,
                            UnsupportedEncoding)
 from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
-from shared.audit import AuditReport
-from shared.repository import ListQuery
-from shared.service import (Archive, CardDetail, CardPage, DeleteResult, ImportResult, PendingPage,
-                            RetryResult, WriteResult)
-from shared.worker import Resources
-from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES
+from shared.projection.reconciliation import AuditReport
+from shared.resources import Resources
+from shared.store.repository import ListQuery
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
+from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES
 from writer.workflow import SchemaChangeController, SessionController
 
 log = logging.getLogger("memarc.writer")

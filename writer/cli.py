@@ -173,19 +173,19 @@ def run(args: argparse.Namespace) -> Any:
     """Execute one parsed command; returns the JSON-able result."""
     cmd = args.command
     if cmd == "migrate":
-        from shared.migrate import login_of, migrate
+        from shared.store.migrations import login_of, migrate
 
         s = _settings()
         applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""))
         return {"applied": applied, "schema": s.db_schema}
     if cmd == "workspace":
-        from shared.admin import create_workspace
+        from shared.store.bootstrap import create_workspace
 
         s = _settings()
         return create_workspace(s.migrator_database_url, s.db_schema, args.workspace_id,
                                 args.language)
     if cmd == "token":
-        from shared import admin
+        from shared.store import bootstrap as admin
 
         s = _settings()
         if args.token_command == "create":
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> Any:
             import asyncio
 
             from shared.config import load_settings
-            from shared.worker import check_worker_health
+            from shared.projection.jobs import check_worker_health
 
             settings = load_settings()
             if not settings.redis_url:

@@ -2,7 +2,7 @@
 defaults) and the separate ``writer`` / ``worker`` / ``explorer`` processes.
 
 The embedded index (qdrant-client local mode) allows one process per storage path, so writer,
-worker and explorer share one event loop and one set of :class:`~shared.worker.Resources` in
+worker and explorer share one event loop and one set of :class:`~shared.resources.Resources` in
 ``memarc up``. Separate processes need a Qdrant server (``MEMARC_QDRANT_URL``) and refuse
 otherwise.
 """
@@ -26,13 +26,14 @@ from typing import Any
 
 import msgspec
 
-from shared.admin import create_token, create_workspace, revoke_labelled_tokens
+from shared.archive.cards import Archive
 from shared.auth import Principal
 from shared.config import Settings, load_settings
-from shared.migrate import login_of, migrate
 from shared.models import ImportCard
-from shared.service import Archive
-from shared.worker import Resources, build_worker, stop_worker
+from shared.projection.jobs import build_worker, stop_worker
+from shared.resources import Resources
+from shared.store.bootstrap import create_token, create_workspace, revoke_labelled_tokens
+from shared.store.migrations import login_of, migrate
 
 log = logging.getLogger("memarc")
 

@@ -1,7 +1,7 @@
 """Workflow routes of the writer (DESIGN §6, §7): session proposals, summary, review and
 solved-index (``memory.review``); physical schema-change cleanup (``memory.schema``).
 
-Handlers parse, call :mod:`shared.workflow` / :mod:`shared.schema_changes`, return. Errors are the
+Handlers parse, call :mod:`shared.workflow.proposals` / :mod:`shared.workflow.schema_changes`, return. Errors are the
 shared ones, turned into problem details by the app's exception handlers. An idempotent replay
 (a review id or a schema-change run id delivered again) answers the stored result unchanged, with
 the header ``Idempotent-Replayed: true``.
@@ -17,11 +17,11 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody, Parameter
 
 from shared.auth import Principal
-from shared.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
-from shared.workflow import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
-                             SolvedIndexResult, Summary, Workflow)
-from writer.problems import PROBLEM_RESPONSES
+from shared.workflow.proposals import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
+                                       SolvedIndexResult, Summary, Workflow)
+from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
 from writer.auth import authorize, provide_principal, reject_unknown_query
+from writer.problems import PROBLEM_RESPONSES
 
 REPLAYED = "Idempotent-Replayed"
 

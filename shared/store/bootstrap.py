@@ -14,9 +14,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from .auth import PERMISSIONS, new_token, token_digest
-from .db import MIGRATOR_ROLE, Q
-from .errors import InvalidInput, NotFound
+from shared.auth import PERMISSIONS, new_token, token_digest
+from shared.errors import InvalidInput, NotFound
+from shared.store.database import MIGRATOR_ROLE, Q
 
 WORKSPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 

@@ -20,21 +20,21 @@ from typing import Any, Literal
 import msgspec
 from psycopg.types.json import Jsonb
 
-from . import repository
-from .activity import audited, record_rejection
-from .auth import Principal
-from .config import Settings
-from .db import Q, Database
-from .embedding import Embedder
-from .errors import (ArchiveError, Conflict, EmbedderUnavailable, IndexUnavailable, InvalidInput,
-                     NotFound)
-from .index import IndexEngine
-from .models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink, SearchRequest,
-                     card_id_str, parse_card_id, validate_card_write)
-from .projection import BATCH_SIZE
-from .queue import ProjectionQueue
-from .recall import recall
-from .repository import ListQuery
+from shared.archive.activity import audited, record_rejection
+from shared.auth import Principal
+from shared.config import Settings
+from shared.errors import (ArchiveError, Conflict, EmbedderUnavailable, IndexUnavailable,
+                           InvalidInput, NotFound)
+from shared.index.embedding import Embedder
+from shared.index.engine import IndexEngine
+from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink,
+                           SearchRequest, card_id_str, parse_card_id, validate_card_write)
+from shared.projection.project import BATCH_SIZE
+from shared.projection.queue import ProjectionQueue
+from shared.recall.verified import recall
+from shared.store import repository
+from shared.store.database import Database, Q
+from shared.store.repository import ListQuery
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ class Archive:
 
     @audited("index")
     async def start_rebuild(self, principal: Principal, workspace: str) -> dict[str, Any]:
-        """Queue a tracked rebuild of the workspace's projection (see :mod:`shared.rebuild`).
+        """Queue a tracked rebuild of the workspace's projection (see :mod:`shared.projection.rebuild`).
 
         :raises Conflict: a rebuild of this workspace is already queued or running.
         """
@@ -366,7 +366,7 @@ class Archive:
 
         :raises IndexUnavailable: no index in this process, or it cannot be read.
         """
-        from .audit import audit
+        from shared.projection.reconciliation import audit
 
         principal.require(workspace, "memory.manage")
         if self.index is None:
@@ -388,7 +388,7 @@ class Archive:
     # ---- recall (memory.read) ----
 
     async def search(self, principal: Principal, workspace: str, req: SearchRequest):
-        """Verified recall; see :func:`shared.recall.recall`.
+        """Verified recall; see :func:`shared.recall.verified.recall`.
 
         :raises IndexUnavailable / EmbedderUnavailable: this process has no index or model.
         """

@@ -1,6 +1,6 @@
 """Build a Qdrant Edge shard's HNSW graph in a process of its own.
 
-``python -m shared.edge_optimize SHARD_FOLDER`` loads the shard, runs ``EdgeShard.optimize()``
+``python -m shared.index.edge_optimize SHARD_FOLDER`` loads the shard, runs ``EdgeShard.optimize()``
 (Qdrant's segment optimizers: HNSW for the dense vectors, payload indexes, vacuum) and closes it,
 printing ``{"optimized": true|false, "seconds": S}``. It runs apart because ``optimize()`` holds
 Python's GIL for its whole run (about 30 s for 100k cards on 2 cores, ``bench/recall_latency.py
@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     import qdrant_edge as qe
 
     if len(argv) != 1:
-        print("usage: python -m shared.edge_optimize SHARD_FOLDER", file=sys.stderr)
+        print("usage: python -m shared.index.edge_optimize SHARD_FOLDER", file=sys.stderr)
         return 2
     started = time.perf_counter()
     shard = qe.EdgeShard.load(argv[0])

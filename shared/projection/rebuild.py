@@ -6,7 +6,7 @@ authoritative cards only, into a new collection, then switched in atomically.
 2. Create a new collection; read every card of the workspace from PostgreSQL in id order, embed
    and write it. Recall keeps answering from the old collection meanwhile, and workers keep
    projecting into it. From ``OPTIMIZE_MIN_CARDS`` cards on, the new collection's HNSW graph is
-   built before the catch-up (Qdrant Edge: in a child process, ``shared/edge_optimize.py``).
+   built before the catch-up (Qdrant Edge: in a child process, ``shared/index/edge_optimize.py``).
 3. Catch up (at most 3 passes, no locks): cards changed, added or deleted since they were read.
 4. Switch, in one transaction holding the workspace's projection lock exclusively (so no
    projection job is in flight): a last catch-up, the alias switch (the old collection, with any
@@ -29,13 +29,13 @@ from typing import Any
 import msgspec
 from psycopg.types.json import Jsonb
 
-from . import repository
-from .db import Q, Database
-from .embedding import Embedder
-from .index import IndexEngine
-from .models import Card
-from .privacy import DEFAULT_FILTER, PrivacyFilter
-from .projection import build_points
+from shared.index.embedding import Embedder
+from shared.index.engine import IndexEngine
+from shared.models import Card
+from shared.privacy import DEFAULT_FILTER, PrivacyFilter
+from shared.projection.project import build_points
+from shared.store import repository
+from shared.store.database import Database, Q
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from . import repository
-from .db import Q, Database
-from .index import IndexEngine
-from .models import card_id_str
+from shared.index.engine import IndexEngine
+from shared.models import card_id_str
+from shared.store import repository
+from shared.store.database import Database, Q
 
 
 class AuditReport(msgspec.Struct):

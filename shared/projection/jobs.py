@@ -1,4 +1,4 @@
-"""The projection worker (arq) and the process resources it shares with the writer.
+"""The projection worker (arq): the projection and rebuild jobs and the periodic outbox sweep.
 
 Jobs carry ids only and re-read state; any failure is recorded on the operation (never relies on
 an ordinary exception to retry: arq would fail the job for good). A cron sweep re-enqueues
@@ -11,88 +11,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from arq import Worker, cron
 
-from .config import Settings
-from .db import Q, Database
-from .embedding import Embedder
-from .errors import DatabaseUnavailable
-from .index import IndexEngine, QdrantClientEngine
-from .privacy import PrivacyFilter
-from .projection import BATCH_SIZE, project_operations
-from .repository import check_projection_format
-from .queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, ProjectionQueue, job_id,
-                    rebuild_job_id, redis_settings)
-from .rebuild import rebuild_index
+from shared.projection.project import BATCH_SIZE, project_operations
+from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, job_id, rebuild_job_id,
+                                     redis_settings)
+from shared.projection.rebuild import rebuild_index
+from shared.resources import Resources
+from shared.store.database import Q
 
 log = logging.getLogger(__name__)
 
 SWEEP_BATCH = 1000
 
 
-def open_index(settings: Settings) -> IndexEngine:
-    """The index engine: qdrant-client for a server (``MEMARC_QDRANT_URL``); without one, the
-    embedded engine chosen by ``MEMARC_INDEX_ENGINE`` (qdrant-client local mode or Qdrant Edge)."""
-    if settings.embedded_qdrant and settings.index_engine == "edge":
-        from .index_edge import QdrantEdgeEngine
-
-        return QdrantEdgeEngine(settings)
-    return QdrantClientEngine(settings)
-
-
-@dataclass
-class Resources:
-    """What one process opens once and shares: database pool, queue, index, embedder, and the
-    privacy filter applied to everything sent to the embedder or the index."""
-
-    settings: Settings
-    db: Database
-    queue: ProjectionQueue
-    index: IndexEngine | None
-    embedder: Embedder | None
-    privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
-
-    @classmethod
-    async def open(cls, settings: Settings, *, with_index: bool = True,
-                   check_schema: bool = True) -> "Resources":
-        """Open the pool (and check the schema), the queue, and optionally index + embedder.
-
-        :raises SchemaOutdated: the database is not migrated. :raises DatabaseUnavailable.
-        """
-        if not settings.database_url:
-            raise ValueError("MEMARC_DATABASE_URL is not set")
-        db = Database(settings.database_url, settings.db_schema)
-        await db.open()
-        if check_schema:
-            try:
-                await db.check_schema()
-                await check_projection_format(db)
-            except DatabaseUnavailable as exc:
-                # Start anyway: requests answer 503 until PostgreSQL is back.
-                log.warning("starting without PostgreSQL: %s", exc.message)
-            except Exception:
-                await db.close()
-                raise
-        index = open_index(settings) if with_index else None
-        embedder = Embedder(settings) if with_index else None
-        return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder,
-                   PrivacyFilter(max_chars=settings.privacy_max_chars))
-
-    async def close(self) -> None:
-        """Close everything opened."""
-        await self.queue.close()
-        if self.index is not None:
-            await self.index.close()
-        await self.db.close()
-
-
 async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> dict[str, Any]:
     """arq job: complete projection operation ``op_id`` of ``workspace`` (and a batch of others).
 
-    Returns the :class:`~shared.projection.ProjectionReport` as a dict.
+    Returns the :class:`~shared.projection.project.ProjectionReport` as a dict.
     """
     res: Resources = ctx["resources"]
     assert res.index is not None and res.embedder is not None
@@ -107,7 +45,7 @@ async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> 
 
 
 async def rebuild_index_job(ctx: dict[str, Any], workspace: str, rebuild_id: str) -> dict[str, Any] | None:
-    """arq job: run a tracked index rebuild (see :mod:`shared.rebuild`)."""
+    """arq job: run a tracked index rebuild (see :mod:`shared.projection.rebuild`)."""
     res: Resources = ctx["resources"]
     assert res.index is not None and res.embedder is not None
     row = await rebuild_index(res.db, res.index, res.embedder, workspace, uuid.UUID(rebuild_id),

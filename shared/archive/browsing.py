@@ -10,11 +10,11 @@ from typing import Any
 
 import msgspec
 
-from . import repository
-from .db import Q, Database
-from .errors import NotFound
-from .models import Card, IncomingLink, card_id_str, parse_card_id
-from .repository import ListQuery
+from shared.errors import NotFound
+from shared.models import Card, IncomingLink, card_id_str, parse_card_id
+from shared.store import repository
+from shared.store.database import Database, Q
+from shared.store.repository import ListQuery
 
 
 async def workspaces(db: Database) -> list[dict[str, Any]]:
@@ -25,7 +25,7 @@ async def workspaces(db: Database) -> list[dict[str, Any]]:
 
 
 async def list_cards(db: Database, workspace: str, query: ListQuery) -> tuple[list[Card], int]:
-    """A page of cards and the total, as :func:`shared.repository.list_cards`.
+    """A page of cards and the total, as :func:`shared.store.repository.list_cards`.
 
     :raises NotFound: no such workspace. :raises InvalidInput: bad page or filter.
     """
@@ -40,7 +40,7 @@ async def card_detail(db: Database, workspace: str, card_id: str
 
     :raises NotFound: no such card in this workspace.
     """
-    from .errors import NotFound
+    from shared.errors import NotFound
 
     cid = parse_card_id(card_id)
     if cid is None:
@@ -153,11 +153,11 @@ async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int
                    verb: str | None = None, card_id: str | None = None,
                    outcome: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """The activity log of a workspace, newest first, and its total (filters as
-    :func:`shared.repository.activity`).
+    :func:`shared.store.repository.activity`).
 
     :raises NotFound: no such workspace. :raises InvalidInput: ``card_id`` is not a card id.
     """
-    from .errors import InvalidInput
+    from shared.errors import InvalidInput
 
     card_uuid = None
     if card_id:

@@ -31,13 +31,13 @@ import psycopg
 from msgspec import Meta
 from psycopg.types.json import Jsonb
 
-from . import repository
-from .activity import audited, record_rejection
-from .auth import Principal
-from .db import Q, Database
-from .errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
-from .models import Name, card_id_str
-from .queue import ProjectionQueue
+from shared.archive.activity import audited, record_rejection
+from shared.auth import Principal
+from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
+from shared.models import Name, card_id_str
+from shared.projection.queue import ProjectionQueue
+from shared.store import repository
+from shared.store.database import Database, Q
 
 log = logging.getLogger(__name__)
 

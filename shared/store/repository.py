@@ -1,7 +1,7 @@
 """The repository: every read and write of the archive tables, on a connection from
-:meth:`shared.db.Database.transaction` (role and workspace already set).
+:meth:`shared.store.database.Database.transaction` (role and workspace already set).
 
-Functions here neither commit nor check permissions; :mod:`shared.service` does both.
+Functions here neither commit nor check permissions; :mod:`shared.archive.cards` does both.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.types.json import Jsonb
 
-from . import models
-from .db import Q
-from .errors import InvalidInput, NotFound
-from .models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link, card_id_str
+from shared import models
+from shared.errors import InvalidInput, NotFound
+from shared.models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link, card_id_str
+from shared.store.database import Q
 
 #: Version of the projected text, payload and model set. Raising it makes every older projection
 #: pending (DESIGN §4); ship a numbered migration that records the change.
@@ -31,7 +31,7 @@ async def check_projection_format(db: Any) -> None:
 
     :raises SchemaOutdated: the migration recording ``PROJECTION_FORMAT`` was not applied.
     """
-    from .errors import SchemaOutdated
+    from shared.errors import SchemaOutdated
 
     async with db.transaction(None, read_only=True) as conn:
         row = await (await conn.execute(Q.projection_format_latest)).fetchone()
@@ -189,7 +189,7 @@ async def update_card(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.
     :returns: the new revision.
     :raises NotFound: no such card. :raises StaleRevision: the card has another revision.
     """
-    from .errors import StaleRevision
+    from shared.errors import StaleRevision
 
     row = await (await conn.execute(Q.card_revision_for_update, {"id": card_uuid})).fetchone()
     if row is None:

@@ -1,9 +1,9 @@
 """The embedded search index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine in-process.
 
-Same contract as :class:`shared.index.QdrantClientEngine` (DESIGN §4, §11): one "collection" per
+Same contract as :class:`shared.index.qdrant.QdrantClientEngine` (DESIGN §4, §11): one "collection" per
 workspace, a named dense vector ``dense`` (cosine) and a named sparse vector ``bm25``
 (``Modifier.Idf``), payload as given, the same filter semantics (:func:`_edge_filter` mirrors
-:func:`shared.index._qdrant_filter`), and the two branch rankings returned for fusion by the caller.
+:func:`shared.index.qdrant._qdrant_filter`), and the two branch rankings returned for fusion by the caller.
 
 Layout under ``<data dir>/edge``::
 
@@ -31,10 +31,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .config import Settings
-from .embedding import SparseVector
-from .errors import IndexIncompatible, IndexUnavailable
-from .index import BM25, DENSE, Hit, IndexFilter, PointIn
+from shared.config import Settings
+from shared.errors import IndexIncompatible, IndexUnavailable
+from shared.index.embedding import SparseVector
+from shared.index.engine import BM25, DENSE, Hit, IndexFilter, PointIn
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ NESTED_INDEXED_FIELDS = (("deps", "database"), ("deps", "table"))
 
 
 def _edge_filter(flt: IndexFilter) -> Any:
-    """The :class:`IndexFilter` as a Qdrant Edge filter (see :func:`shared.index._qdrant_filter`)."""
+    """The :class:`IndexFilter` as a Qdrant Edge filter (see :func:`shared.index.qdrant._qdrant_filter`)."""
     import qdrant_edge as qe
 
     must: list[Any] = []
@@ -81,7 +81,7 @@ def _edge_filter(flt: IndexFilter) -> Any:
 
 
 class QdrantEdgeEngine:
-    """:class:`~shared.index.IndexEngine` on Qdrant Edge shards under ``<data dir>/edge``.
+    """:class:`~shared.index.engine.IndexEngine` on Qdrant Edge shards under ``<data dir>/edge``.
 
     Shards are opened lazily and kept open until :meth:`close`.
     """
@@ -294,7 +294,7 @@ class QdrantEdgeEngine:
 
     async def optimize_collection(self, collection: str) -> bool:
         """See :meth:`IndexEngine.optimize_collection`: the shard is closed here and optimized by
-        ``python -m shared.edge_optimize`` in a child process (``optimize()`` holds the GIL), then
+        ``python -m shared.index.edge_optimize`` in a child process (``optimize()`` holds the GIL), then
         reopened on its next use. Only for a shard no one else uses meanwhile (a rebuild's).
 
         :returns: whether segments were rebuilt. :raises IndexUnavailable: the child failed.
@@ -306,9 +306,9 @@ class QdrantEdgeEngine:
             raise IndexUnavailable(f"no shard {collection!r} to optimize")
         await self._call(lambda: self._close_shard(collection))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "shared.edge_optimize", str(folder),
+            sys.executable, "-m", "shared.index.edge_optimize", str(folder),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=str(Path(__file__).resolve().parents[1]))
+            cwd=str(Path(__file__).resolve().parents[2]))
         try:
             out, err = await proc.communicate()
         except asyncio.CancelledError:

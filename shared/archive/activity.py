@@ -26,11 +26,11 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from . import repository
-from .auth import Principal
-from .db import Database
-from .errors import ArchiveError, DatabaseUnavailable
-from .models import parse_card_id
+from shared.auth import Principal
+from shared.errors import ArchiveError, DatabaseUnavailable
+from shared.models import parse_card_id
+from shared.store import repository
+from shared.store.database import Database
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from urllib.parse import unquote, urlsplit
 import psycopg
 from psycopg import sql
 
-from .db import MIGRATIONS_DIR, READER_ROLE, RUNTIME_ROLE
-from .errors import ArchiveError
+from shared.errors import ArchiveError
+from shared.store.database import MIGRATIONS_DIR, READER_ROLE, RUNTIME_ROLE
 
 _MIGRATION_LOCK = 0x6D656D617263  # "memarc"
 

@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import repository
-from .db import Q, Database
-from .embedding import Embedder
-from .errors import ArchiveError
-from .index import IndexEngine, PointIn
-from .models import Card
-from .privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
+from shared.errors import ArchiveError
+from shared.index.embedding import Embedder
+from shared.index.engine import IndexEngine, PointIn
+from shared.models import Card
+from shared.privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
+from shared.store import repository
+from shared.store.database import Database, Q
 
 log = logging.getLogger(__name__)
 

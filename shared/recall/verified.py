@@ -32,15 +32,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import repository
-from .auth import Principal
-from .db import Q, Database
-from .embedding import Embedder
-from .errors import Forbidden, IndexUnavailable, InvalidInput
-from .index import Hit, IndexEngine, IndexFilter
-from .privacy import DEFAULT_FILTER, PrivacyFilter
-from .models import (MODE_FAMILIES, Filters, RecallResponse, RecallResult, Retrieval,
-                     SearchRequest, card_id_str, parse_card_id, reject_nul)
+from shared.auth import Principal
+from shared.errors import Forbidden, IndexUnavailable, InvalidInput
+from shared.index.embedding import Embedder
+from shared.index.engine import Hit, IndexEngine, IndexFilter
+from shared.models import (MODE_FAMILIES, Filters, RecallResponse, RecallResult, Retrieval,
+                           SearchRequest, card_id_str, parse_card_id, reject_nul)
+from shared.privacy import DEFAULT_FILTER, PrivacyFilter
+from shared.store import repository
+from shared.store.database import Database, Q
 
 RRF_K = 60
 MAX_ROUNDS = 3

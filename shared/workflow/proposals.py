@@ -30,16 +30,16 @@ from msgspec import Meta
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from . import repository
-from .activity import audited, record_rejection
-from .auth import Principal
-from .db import Q, Database
-from .errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
-from .models import (FAMILY_FIELDS, MAX_CONCEPT, MAX_CONCEPTS, MAX_DEPENDENCIES, MAX_LINKS,
-                     MAX_MEANING, MAX_SCOPE, MAX_TEXT, MAX_TITLE, Card, CardRef, CardWrite,
-                     Dependency, Family, LinkIn, Source, card_id_str, parse_card_id, reject_nul,
-                     validate_card_write)
-from .queue import ProjectionQueue
+from shared.archive.activity import audited, record_rejection
+from shared.auth import Principal
+from shared.errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
+from shared.models import (FAMILY_FIELDS, MAX_CONCEPT, MAX_CONCEPTS, MAX_DEPENDENCIES, MAX_LINKS,
+                           MAX_MEANING, MAX_SCOPE, MAX_TEXT, MAX_TITLE, Card, CardRef, CardWrite,
+                           Dependency, Family, LinkIn, Source, card_id_str, parse_card_id,
+                           reject_nul, validate_card_write)
+from shared.projection.queue import ProjectionQueue
+from shared.store import repository
+from shared.store.database import Database, Q
 
 log = logging.getLogger(__name__)
 

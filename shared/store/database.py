@@ -6,7 +6,7 @@ otherwise) and sets ``memarc.workspace`` for the forced row-level security polic
 workspace are serialised by a transaction-scoped advisory lock keyed by the workspace; recall reads
 take the same lock in shared mode (DESIGN §3, §5).
 
-Runtime SQL lives in ``shared/sql/queries.sql`` under ``-- name: <query>`` headers and is referred
+Runtime SQL lives in ``shared/store/queries.sql`` under ``-- name: <query>`` headers and is referred
 to by name (``Q.card_get``).
 """
 
@@ -25,18 +25,18 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .errors import DatabaseUnavailable, InvalidInput, SchemaOutdated
+from shared.errors import DatabaseUnavailable, InvalidInput, SchemaOutdated
 
 log = logging.getLogger(__name__)
 
 RUNTIME_ROLE = "memarc_runtime"
 READER_ROLE = "memarc_reader"
 MIGRATOR_ROLE = "memarc_migrator"
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 class _Queries:
-    """Named SQL statements from ``shared/sql/queries.sql``; attribute access by name."""
+    """Named SQL statements from ``shared/store/queries.sql``; attribute access by name."""
 
     def __init__(self, text: str) -> None:
         self._queries: dict[str, str] = {}
@@ -56,7 +56,7 @@ class _Queries:
 
 @cache
 def _load_queries() -> _Queries:
-    return _Queries((Path(__file__).parent / "sql" / "queries.sql").read_text(encoding="utf-8"))
+    return _Queries((Path(__file__).parent / "queries.sql").read_text(encoding="utf-8"))
 
 
 class _LazyQueries:

@@ -16,8 +16,8 @@ from typing import Any
 
 import msgspec
 
-from .config import Settings
-from .errors import EmbedderUnavailable
+from shared.config import Settings
+from shared.errors import EmbedderUnavailable
 
 BM25_MODEL = "Qdrant/bm25"
 LANGUAGES = {"en": "english", "it": "italian"}

@@ -1,0 +1,1 @@
+"""The archive's use cases: card administration, activity records, browsing for the explorer."""

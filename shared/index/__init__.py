@@ -1,0 +1,1 @@
+"""The search index: the engine interface, the qdrant-client and Qdrant Edge engines, embeddings."""

@@ -1,0 +1,1 @@
+"""Verified recall: hybrid search, verification in PostgreSQL, link expansion, ranking."""

@@ -1,0 +1,76 @@
+"""The process resources: what one process opens once and shares (database pool, queue, index,
+embedder, privacy filter), and the index engine chosen by the settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from shared.config import Settings
+from shared.errors import DatabaseUnavailable
+from shared.index.embedding import Embedder
+from shared.index.engine import IndexEngine
+from shared.index.qdrant import QdrantClientEngine
+from shared.privacy import PrivacyFilter
+from shared.projection.queue import ProjectionQueue
+from shared.store.database import Database
+from shared.store.repository import check_projection_format
+
+log = logging.getLogger(__name__)
+
+
+def open_index(settings: Settings) -> IndexEngine:
+    """The index engine: qdrant-client for a server (``MEMARC_QDRANT_URL``); without one, the
+    embedded engine chosen by ``MEMARC_INDEX_ENGINE`` (qdrant-client local mode or Qdrant Edge)."""
+    if settings.embedded_qdrant and settings.index_engine == "edge":
+        from shared.index.edge import QdrantEdgeEngine
+
+        return QdrantEdgeEngine(settings)
+    return QdrantClientEngine(settings)
+
+
+@dataclass
+class Resources:
+    """What one process opens once and shares: database pool, queue, index, embedder, and the
+    privacy filter applied to everything sent to the embedder or the index."""
+
+    settings: Settings
+    db: Database
+    queue: ProjectionQueue
+    index: IndexEngine | None
+    embedder: Embedder | None
+    privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
+
+    @classmethod
+    async def open(cls, settings: Settings, *, with_index: bool = True,
+                   check_schema: bool = True) -> "Resources":
+        """Open the pool (and check the schema), the queue, and optionally index + embedder.
+
+        :raises SchemaOutdated: the database is not migrated. :raises DatabaseUnavailable.
+        """
+        if not settings.database_url:
+            raise ValueError("MEMARC_DATABASE_URL is not set")
+        db = Database(settings.database_url, settings.db_schema)
+        await db.open()
+        if check_schema:
+            try:
+                await db.check_schema()
+                await check_projection_format(db)
+            except DatabaseUnavailable as exc:
+                # Start anyway: requests answer 503 until PostgreSQL is back.
+                log.warning("starting without PostgreSQL: %s", exc.message)
+            except Exception:
+                await db.close()
+                raise
+        index = open_index(settings) if with_index else None
+        embedder = Embedder(settings) if with_index else None
+        return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder,
+                   PrivacyFilter(max_chars=settings.privacy_max_chars))
+
+    async def close(self) -> None:
+        """Close everything opened."""
+        await self.queue.close()
+        if self.index is not None:
+            await self.index.close()
+        await self.db.close()

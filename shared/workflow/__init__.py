@@ -1,0 +1,2 @@
+"""Workflow: session proposals, the reviewable summary, reviewed promotion with receipts, and
+physical schema-change cleanup."""
