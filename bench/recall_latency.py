@@ -40,8 +40,9 @@ from shared.index.edge import QdrantEdgeEngine  # noqa: E402
 from shared.index.embedding import SparseVector  # noqa: E402
 from shared.index.engine import PointIn  # noqa: E402
 from shared.models import SearchRequest  # noqa: E402
-from shared.recall.verified import RecallTimings, build_filter, recall, seed_count  # noqa: E402
-from shared.store.repository import PROJECTION_FORMAT  # noqa: E402
+from shared.recall.eligibility import build_filter  # noqa: E402
+from shared.recall.verified import RecallTimings, recall, seed_count  # noqa: E402
+from shared.models import PROJECTION_FORMAT  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 COPY_SQL = """

@@ -14,7 +14,7 @@ from shared.index.edge import QdrantEdgeEngine
 from shared.index.engine import IndexFilter, PointIn
 from shared.index.qdrant import QdrantClientEngine
 from shared.resources import open_index
-from shared.store.repository import PROJECTION_FORMAT
+from shared.models import PROJECTION_FORMAT
 
 BASE = "/api/workspaces/acme/memory"
 
