@@ -1,5 +1,6 @@
-"""Latency of the explorer's card list at 50,000 cards vs Datasette's own table page on a SQLite
-copy of the same rows. Run: ``.venv/bin/python bench/explorer_latency.py`` (needs a PostgreSQL
+"""Latency of the explorer's card list at 50,000 cards against Datasette's own table page.
+
+Datasette's page reads a SQLite copy of the same rows. Run: ``.venv/bin/python bench/explorer_latency.py`` (needs a PostgreSQL
 superuser URL, see ``bench/_archive.py``; no models, no index: the list page reads PostgreSQL only).
 
 1. Archive: a fresh database ``memarc_bench_explorer`` migrated to 003, then 50,000 cards in

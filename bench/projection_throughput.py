@@ -1,5 +1,6 @@
-"""Projection throughput and queue lag. Run: ``.venv/bin/python bench/projection_throughput.py``
-(needs PostgreSQL, see ``bench/_archive.py``, and Redis: ``MEMARC_BENCH_REDIS_URL``, else
+"""Projection throughput and queue lag of the real pipeline (import, arq worker, embedding).
+
+Run: ``.venv/bin/python bench/projection_throughput.py`` (needs PostgreSQL, see ``bench/_archive.py``, and Redis: ``MEMARC_BENCH_REDIS_URL``, else
 ``MEMARC_TEST_REDIS_URL``, else ``redis://127.0.0.1:6379``; database 8 is flushed).
 
 1. Throughput: the BIRD cards imported with no worker running, then one arq worker (the real

@@ -1,5 +1,6 @@
-"""Latency of a full verified recall at ~2k, ~20k and ~100k cards, with the share spent in
-embedding, the index, verification, link expansion and card fetch, and the ratio to a bare hybrid
+"""Latency of a full verified recall at ~2k, ~20k and ~100k cards, and where it is spent.
+
+The shares spent in embedding, the index, verification, link expansion and card fetch, and the ratio to a bare hybrid
 query of the same engine. Run: ``.venv/bin/python bench/recall_latency.py`` (needs a PostgreSQL
 superuser URL, see ``bench/_archive.py``).
 

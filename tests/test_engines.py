@@ -1,5 +1,8 @@
-"""The two embedded index engines (DESIGN §4, §11): qdrant-client's local mode and Qdrant Edge
-answer the same behaviours, and the same cards and queries give the same branch rankings."""
+"""The two embedded index engines (DESIGN §4, §11) behave alike and rank alike.
+
+qdrant-client's local mode and Qdrant Edge answer the same behaviours, and the same cards and
+queries give the same branch rankings.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Isolation audit (DESIGN §8, issue 8): every route, every CLI command, every explorer page,
-every table, every use case of ``shared``, enumerated from the code or the catalogue so that a
-new one cannot be forgotten.
+"""Isolation audit (DESIGN §8, issue 8): no workspace reaches another's rows, by any way in.
+
+Every route, every CLI command, every explorer page, every table, every use case of ``shared``,
+enumerated from the code or the catalogue so that a new one cannot be forgotten.
 
 Workspace ``wa`` is the victim, ``wb`` the caller. Both hold a row in every workspace table.
 """

@@ -1,5 +1,7 @@
-"""The list query (DESIGN §10): filters before pagination, facets, stable sorts — one query in
-shared/ serving the API, the CLI and the explorer."""
+"""The list query (DESIGN §10): filters before pagination, facets, stable sorts.
+
+One query in ``shared/store/listing.py`` serves the API, the CLI and the explorer.
+"""
 
 from __future__ import annotations
 

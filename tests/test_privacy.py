@@ -1,6 +1,9 @@
-"""Privacy filter (issue 8): secrets never reach the embedder or the index, the filter fails
-closed, projection format 2 re-projects every card, PostgreSQL keeps the original for callers
-allowed to see the workspace."""
+"""Privacy filter (issue 8): secrets never reach the embedder or the index.
+
+The filter fails closed, its configured limit applies to projection and recall alike, projection
+format 2 re-projects every card, PostgreSQL keeps the original for callers allowed to see the
+workspace.
+"""
 
 from __future__ import annotations
 

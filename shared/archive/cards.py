@@ -1,10 +1,12 @@
-"""The archive's use cases: every surface (writer API, CLI, explorer, importer) calls these.
+"""The archive's use cases (:class:`Archive`): card administration, index lifecycle, recall, import.
 
-Each method checks the principal again (DESIGN §8), runs one PostgreSQL transaction under the
-workspace advisory lock, records the activity, and enqueues projection operations only after the
+Every surface (writer API, CLI, explorer, importer) calls these, on the archive that
+:meth:`shared.resources.Resources.archive` builds. Each method checks the principal again
+(DESIGN §8), runs one PostgreSQL transaction under the workspace advisory lock through the store
+(:mod:`shared.store`), records the activity, and enqueues projection operations only after the
 commit. A write that committed is a success even when Redis, Qdrant or the embedder is down: it
-reports ``index_status: pending``. Rejected mutations leave only their activity record, written in
-a transaction of its own.
+reports ``index_status: pending``. A rejected or failed mutation leaves only its activity record,
+written by :func:`~shared.archive.activity.audited` in a transaction of its own.
 """
 
 from __future__ import annotations
