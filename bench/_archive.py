@@ -76,7 +76,7 @@ async def build(name: str, cards: list[ImportCard], workspace: str = "bench") ->
                              data_dir=tmp, collection_prefix=f"bench_{name}_")
     resources = await Resources.open(settings, with_index=True)
     resources.embedder.load(("en",))
-    archive = Archive(settings, resources.db, resources.queue, resources.index, resources.embedder)
+    archive = resources.archive()
     principal = Principal(workspace=workspace, permissions=frozenset({"memory.manage"}),
                           actor="bench")
     await archive.import_cards(principal, workspace, cards)

@@ -1,5 +1,6 @@
-"""Latency of the explorer's card list at 50,000 cards vs Datasette's own table page on a SQLite
-copy of the same rows. Run: ``.venv/bin/python bench/explorer_latency.py`` (needs a PostgreSQL
+"""Latency of the explorer's card list at 50,000 cards against Datasette's own table page.
+
+Datasette's page reads a SQLite copy of the same rows. Run: ``.venv/bin/python bench/explorer_latency.py`` (needs a PostgreSQL
 superuser URL, see ``bench/_archive.py``; no models, no index: the list page reads PostgreSQL only).
 
 1. Archive: a fresh database ``memarc_bench_explorer`` migrated to 003, then 50,000 cards in
@@ -60,7 +61,7 @@ from shared.models import ImportCard  # noqa: E402
 from shared.store.bootstrap import create_workspace  # noqa: E402
 from shared.store.database import MIGRATIONS_DIR  # noqa: E402
 from shared.store.migrations import migrate  # noqa: E402
-from shared.store.repository import PROJECTION_FORMAT  # noqa: E402
+from shared.models import PROJECTION_FORMAT  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 WORKSPACE = "bench"
@@ -296,9 +297,9 @@ def _ilike_in_place() -> Any:
     statement of the page."""
     from psycopg import sql as _sql
 
-    from shared.store import repository
+    from shared.store import listing
 
-    originals = repository._list_where, repository.text_matches
+    originals = listing._list_where, listing.text_matches
     function = _sql.SQL("c.id IN (SELECT card_text_matches(%(q_like)s))")
     ilike = _sql.SQL("(c.title ILIKE %(q_like)s OR c.content::text ILIKE %(q_like)s)")
 
@@ -309,11 +310,11 @@ def _ilike_in_place() -> Any:
     async def no_matches(conn: Any, query: Any) -> None:
         return None
 
-    repository._list_where, repository.text_matches = where, no_matches
+    listing._list_where, listing.text_matches = where, no_matches
     try:
         yield
     finally:
-        repository._list_where, repository.text_matches = originals
+        listing._list_where, listing.text_matches = originals
 
 
 def _replace(composed: Any, old: Any, new: Any) -> Any:
@@ -433,7 +434,7 @@ async def explain(url: str, plans: bool) -> None:
     """Time every statement of the list page for each scenario (as the reader role, in a
     read-only transaction, as the explorer runs them)."""
     from explorer_plugin.views import _list_query
-    from shared.store import repository
+    from shared.store import listing
     from shared.store.database import Database
 
     class _Req:
@@ -450,9 +451,9 @@ async def explain(url: str, plans: bool) -> None:
             print(f"== {label}: {mine}")
             async with db.transaction(WORKSPACE, role="reader", read_only=True) as conn:
                 proxy = _Explaining(conn, plans)
-                matches = await repository.text_matches(proxy, query)
-                await repository.list_cards(proxy, query, matches)
-                await repository.facet_counts(proxy, query, matches=matches)
+                matches = await listing.text_matches(proxy, query)
+                await listing.list_cards(proxy, query, matches)
+                await listing.facet_counts(proxy, query, matches=matches)
     finally:
         await db.close()
 

@@ -1,5 +1,6 @@
-"""Projection throughput and queue lag. Run: ``.venv/bin/python bench/projection_throughput.py``
-(needs PostgreSQL, see ``bench/_archive.py``, and Redis: ``MEMARC_BENCH_REDIS_URL``, else
+"""Projection throughput and queue lag of the real pipeline (import, arq worker, embedding).
+
+Run: ``.venv/bin/python bench/projection_throughput.py`` (needs PostgreSQL, see ``bench/_archive.py``, and Redis: ``MEMARC_BENCH_REDIS_URL``, else
 ``MEMARC_TEST_REDIS_URL``, else ``redis://127.0.0.1:6379``; database 8 is flushed).
 
 1. Throughput: the BIRD cards imported with no worker running, then one arq worker (the real
@@ -34,7 +35,8 @@ from shared.models import CardWrite  # noqa: E402
 from shared.projection.jobs import build_worker, stop_worker  # noqa: E402
 from shared.projection.project import projected_text  # noqa: E402
 from shared.projection.queue import ProjectionQueue  # noqa: E402
-from shared.store import repository  # noqa: E402
+from shared.store import cards as card_rows  # noqa: E402
+from shared.store import listing, outbox  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 
@@ -68,13 +70,13 @@ async def main(argv: list[str] | None = None) -> None:
     await worker.close()
     pipeline_s = time.perf_counter() - t0
     async with res.db.transaction(bench.workspace, read_only=True) as conn:
-        counts = await repository.projection_counts(conn)
-        all_cards = await repository.list_cards(conn, repository.ListQuery(per_page=100))
+        counts = await outbox.projection_counts(conn)
+        all_cards = await listing.list_cards(conn, listing.ListQuery(per_page=100))
     assert counts["current"] == len(cards), counts
     async with res.db.transaction(bench.workspace, read_only=True) as conn:
         cur = await conn.execute("SELECT id FROM cards ORDER BY id")
         ids = [r["id"] for r in await cur.fetchall()]
-        full = await repository.get_cards(conn, ids)
+        full = await card_rows.get_many(conn, ids)
     texts = [projected_text(full[i]) for i in ids]
     t0 = time.perf_counter()
     res.embedder.embed_documents_sync(texts, "en")
@@ -97,7 +99,7 @@ async def main(argv: list[str] | None = None) -> None:
     while time.monotonic() < t_end:
         card = targets[writes % len(targets)]
         async with res.db.transaction(bench.workspace, read_only=True) as conn:
-            current = await repository.get_card(conn, uuid.UUID(card.id[4:]))
+            current = await card_rows.get(conn, uuid.UUID(card.id[4:]))
         body = CardWrite(family=current.family, title=current.title,
                          content={**current.content}, revision=current.revision)
         body.content[next(iter(body.content))] += f" (edit {writes})"
@@ -107,7 +109,7 @@ async def main(argv: list[str] | None = None) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         async with res.db.transaction(bench.workspace, read_only=True) as conn:
-            _, open_ops = await repository.pending_ops(conn, 1, 0)
+            _, open_ops = await outbox.pending(conn, 1, 0)
         if open_ops == 0:
             break
         await asyncio.sleep(0.2)

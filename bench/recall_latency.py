@@ -1,5 +1,6 @@
-"""Latency of a full verified recall at ~2k, ~20k and ~100k cards, with the share spent in
-embedding, the index, verification, link expansion and card fetch, and the ratio to a bare hybrid
+"""Latency of a full verified recall at ~2k, ~20k and ~100k cards, and where it is spent.
+
+The shares spent in embedding, the index, verification, link expansion and card fetch, and the ratio to a bare hybrid
 query of the same engine. Run: ``.venv/bin/python bench/recall_latency.py`` (needs a PostgreSQL
 superuser URL, see ``bench/_archive.py``).
 
@@ -40,8 +41,9 @@ from shared.index.edge import QdrantEdgeEngine  # noqa: E402
 from shared.index.embedding import SparseVector  # noqa: E402
 from shared.index.engine import PointIn  # noqa: E402
 from shared.models import SearchRequest  # noqa: E402
-from shared.recall.verified import RecallTimings, build_filter, recall, seed_count  # noqa: E402
-from shared.store.repository import PROJECTION_FORMAT  # noqa: E402
+from shared.recall.eligibility import build_filter  # noqa: E402
+from shared.recall.verified import RecallTimings, recall, seed_count  # noqa: E402
+from shared.models import PROJECTION_FORMAT  # noqa: E402
 from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 COPY_SQL = """

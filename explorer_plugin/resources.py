@@ -1,8 +1,10 @@
 """The explorer's connections: the runner's shared resources, or a pool opened on first use.
 
-In the single-process default (``memarc up``) the runner sets ``datasette.memarc_resources`` (a
-:class:`shared.resources.Resources`): the explorer then uses its database pool and, for the recall
-page, its index and embedder. A standalone explorer opens its own :class:`shared.store.database.Database`
+In the single-process default (``memarc up``), and in ``memarc explorer`` with a Qdrant server,
+the runner sets ``datasette.memarc_resources`` (a :class:`shared.resources.Resources`): the
+explorer then uses its database pool and, for the recall page, the archive it builds
+(:meth:`~shared.resources.Resources.archive`: its index, embedder and privacy filter). Without
+them a standalone explorer browses only: it opens its own :class:`shared.store.database.Database`
 lazily, on the first request, in the serving event loop (Datasette 0.65 has no shutdown hook: the
 pool lives until the process exits; :func:`close` exists for tests and embedding hosts).
 """
@@ -13,9 +15,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.archive.cards import Archive
 from shared.errors import DatabaseUnavailable
-from shared.index.embedding import Embedder
-from shared.index.engine import IndexEngine
 from shared.store.database import Database
 
 from . import config
@@ -75,13 +76,14 @@ async def database(datasette: Any) -> Database:
         return state.db
 
 
-def search_engine(datasette: Any) -> tuple[IndexEngine, Embedder] | None:
-    """The index and embedder of this process, or None when it has none (the recall page then
-    says so)."""
+def search_archive(datasette: Any) -> Archive | None:
+    """The archive whose recall the recall page calls (the process's resources, with their index,
+    embedder and privacy filter), or None when this process has no index or embedder (the page
+    then says so)."""
     shared = _shared(datasette)
     if shared is None or shared.index is None or shared.embedder is None:
         return None
-    return shared.index, shared.embedder
+    return shared.archive()
 
 
 async def close(datasette: Any) -> None:

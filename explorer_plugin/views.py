@@ -2,7 +2,7 @@
 pending index operations and recall.
 
 Each view checks Datasette permissions, parses its query string, calls :mod:`shared.archive.browsing` (or
-:func:`shared.recall.verified.recall`) and renders. No SQL here. Archive errors raised by a view are turned
+the process archive's recall) and renders. No SQL here. Archive errors raised by a view are turned
 into Datasette-style error pages in one place, :func:`error_response`.
 """
 
@@ -28,8 +28,7 @@ from shared.errors import ArchiveError, BadRequest, Forbidden, InvalidInput, Una
 from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MAX_QUERY, MAX_TOP, ORIGINS, Card,
                            SearchRequest, parse_time_bound)
 from shared.models import convert as convert_model
-from shared.recall.verified import recall
-from shared.store.repository import SORTS, ListQuery
+from shared.store.listing import SORTS, ListQuery
 
 from . import access, resources
 
@@ -615,26 +614,23 @@ async def recall_view(datasette: Any, request: Any) -> Response:
         "concept": ", ".join(_concepts(request)),
         **{k: (request.args.get(k) or "").strip() for k in ("database", "schema", "table", "column")},
     }
-    engine = resources.search_engine(datasette)
+    archive = resources.search_archive(datasette)
     context: dict[str, Any] = {
         "workspace": workspace, "form": form, "modes": RECALL_MODES,
         "families": FAMILIES,
-        "index_available": engine is not None, "index_message": resources.INDEX_NOT_AVAILABLE,
+        "index_available": archive is not None, "index_message": resources.INDEX_NOT_AVAILABLE,
         "response": None, "error": None,
     }
     status = 200
-    if query and engine is None:
+    if query and archive is None:
         context["error"], status = resources.INDEX_NOT_AVAILABLE, 503
-    elif query and engine is not None:
+    elif query and archive is not None:
         try:
             req = _search_request(request, query)
-            index, embedder = engine
-            db = await resources.database(datasette)
             actor_id = (request.actor or {}).get("id") or "anonymous"
             principal = Principal(workspace=workspace, permissions=frozenset({"memory.read"}),
                                   actor=f"datasette:{actor_id}")
-            context["response"] = await recall(db, index, embedder, principal, workspace, req,
-                                                 role="reader")
+            context["response"] = await archive.search(principal, workspace, req, role="reader")
         except (InvalidInput, Forbidden, Unavailable) as exc:
             # shown with the form, so the search can be corrected (like Datasette's SQL errors)
             context["error"] = exc.message

@@ -1,4 +1,4 @@
-"""API tokens and principals (DESIGN §8).
+"""Principals and bearer-token authentication (DESIGN §8), and the failed-authentication log.
 
 A token is ``mat_<43 url-safe base64 chars>`` (256 random bits), shown once; only its SHA-256
 digest is stored.
@@ -29,7 +29,8 @@ from typing import Any, Literal
 import msgspec
 
 from shared.errors import Forbidden, Unauthorized
-from shared.store.database import Database, Q
+from shared.store import tokens
+from shared.store.database import Database
 
 Permission = Literal["memory.read", "memory.manage", "memory.review", "memory.schema"]
 PERMISSIONS: tuple[str, ...] = ("memory.read", "memory.manage", "memory.review", "memory.schema")
@@ -93,14 +94,14 @@ async def authenticate(db: Database, token: str | None) -> Principal:
         raise _unauthorized("a valid bearer token is required", "malformed")
     digest = token_digest(token)
     async with db.transaction(None) as conn:
-        row = await (await conn.execute(Q.token_authenticate, {"digest": digest})).fetchone()
+        row = await tokens.lookup(conn, digest)
         if row is None:
             raise _unauthorized("unknown token", "unknown")
         if row["revoked_at"] is not None:
             raise _unauthorized("this token was revoked", "revoked")
         if row["expires_at"] is not None and row["expires_at"] <= datetime.now(timezone.utc):
             raise _unauthorized("this token has expired", "expired")
-        await conn.execute(Q.token_touch, {"token_id": row["token_id"]})
+        await tokens.touch(conn, row["token_id"])
     return Principal(
         workspace=row["workspace_id"],
         permissions=frozenset(row["permissions"]),

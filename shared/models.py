@@ -1,7 +1,8 @@
-"""Cards and requests as msgspec Structs, with the archive's input bounds (DESIGN §2, §5, §8).
+"""Cards and requests as msgspec Structs, the archive's input bounds, the projection format.
 
-Request structs forbid unknown fields. :func:`validate_card_write` applies the rules msgspec
-cannot express (family content, dependency gaps, duplicate links) and normalises whitespace.
+DESIGN §2, §4, §5, §8. Request structs forbid unknown fields. :func:`validate_card_write`
+applies the rules msgspec cannot express (family content, dependency gaps, duplicate links) and
+normalises whitespace.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ MAX_TOP = 100
 MAX_PER_PAGE = 100
 MAX_WAIT_SECONDS = 30.0
 MAX_BODY_BYTES = 1_000_000
+
+# ---- projection format ----
+#: Version of the projected text, payload and model set, recorded with every projection and
+#: point. Raising it makes every older projection pending (DESIGN §4); ship a numbered migration
+#: that records the change. Read it as ``models.PROJECTION_FORMAT`` when it is used, never copy
+#: it at import time (a test raises it with ``monkeypatch``).
+#: 1: migrations/002; 2: the privacy filter redacts secrets in the text and payload (migrations/005).
+PROJECTION_FORMAT = 2
 
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
 FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")

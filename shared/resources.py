@@ -1,5 +1,9 @@
-"""The process resources: what one process opens once and shares (database pool, queue, index,
-embedder, privacy filter), and the index engine chosen by the settings.
+"""The process resources: what one process opens once and shares, and the use cases built on them.
+
+:class:`Resources` holds the database pool, queue, index, embedder and privacy filter;
+:meth:`Resources.archive` is the one construction of the archive's use cases (writer, runner,
+explorer, benchmarks and tests all take theirs from it); :func:`open_index` picks the index
+engine from the settings.
 """
 
 from __future__ import annotations
@@ -7,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from shared.archive.cards import Archive
 from shared.config import Settings
 from shared.errors import DatabaseUnavailable
 from shared.index.embedding import Embedder
@@ -15,7 +20,7 @@ from shared.index.qdrant import QdrantClientEngine
 from shared.privacy import PrivacyFilter
 from shared.projection.queue import ProjectionQueue
 from shared.store.database import Database
-from shared.store.repository import check_projection_format
+from shared.store.outbox import check_projection_format
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,18 @@ class Resources:
         embedder = Embedder(settings) if with_index else None
         return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder,
                    PrivacyFilter(max_chars=settings.privacy_max_chars))
+
+    def archive(self) -> Archive:
+        """The archive's use cases over these resources: card administration, the index
+        lifecycle and recall (:class:`~shared.archive.cards.Archive`), with the session workflow
+        (``.workflow``) and the schema-change cleanup (``.schema_changes``) over the same
+        database and queue. Recall sends its query and filter values through :attr:`privacy`,
+        the filter that projection uses (``MEMARC_PRIVACY_MAX_CHARS``). A new, cheap object per
+        call (it holds references only); without an index or embedder, recall raises
+        :class:`~shared.errors.IndexUnavailable` / :class:`~shared.errors.EmbedderUnavailable`.
+        """
+        return Archive(self.settings, self.db, self.queue, self.index, self.embedder,
+                       privacy=self.privacy)
 
     async def close(self) -> None:
         """Close everything opened."""

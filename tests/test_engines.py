@@ -1,5 +1,8 @@
-"""The two embedded index engines (DESIGN §4, §11): qdrant-client's local mode and Qdrant Edge
-answer the same behaviours, and the same cards and queries give the same branch rankings."""
+"""The two embedded index engines (DESIGN §4, §11) behave alike and rank alike.
+
+qdrant-client's local mode and Qdrant Edge answer the same behaviours, and the same cards and
+queries give the same branch rankings.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from shared.index.edge import QdrantEdgeEngine
 from shared.index.engine import IndexFilter, PointIn
 from shared.index.qdrant import QdrantClientEngine
 from shared.resources import open_index
-from shared.store.repository import PROJECTION_FORMAT
+from shared.models import PROJECTION_FORMAT
 
 BASE = "/api/workspaces/acme/memory"
 

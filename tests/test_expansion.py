@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.index.engine import IndexFilter
-from shared.recall.verified import (HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS, CandidateRow,
-                                    expand_links, rrf_fuse)
-from shared.store.repository import PROJECTION_FORMAT
+from shared.models import PROJECTION_FORMAT
+from shared.recall.eligibility import CandidateRow
+from shared.recall.expansion import HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS, expand_links
+from shared.recall.fusion import rrf_fuse
 
 IDS = [uuid.UUID(int=i + 1) for i in range(400)]
 

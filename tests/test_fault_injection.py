@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import os
 import random
@@ -29,7 +30,6 @@ import msgspec
 import psycopg
 from conftest import free_port, skip_or_fail
 
-from shared.archive.cards import Archive
 from shared.projection.jobs import build_worker, stop_worker
 from shared.projection.reconciliation import audit
 from shared.store.database import Database
@@ -103,8 +103,8 @@ async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
         await proxy.start()
         db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
         await db.open()
-        app = create_app(env.settings, env.resources)
-        app.state.archive = Archive(env.settings, db, env.resources.queue)
+        app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
+                                                           embedder=None))
         statuses: collections.Counter = collections.Counter()
         card = {"family": "sql_rule", "title": "t", "content": {"rule": "r"}}
         try:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import psycopg
 from conftest import make_incompatible_collection
 
-from shared.archive.cards import Archive
 from shared.index.qdrant import QdrantClientEngine
 from shared.projection.jobs import build_worker
 from shared.projection.queue import ProjectionQueue
@@ -92,8 +93,8 @@ async def test_writer_without_index_serves_cards_and_503s_recall(make_env):
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
-        app = create_app(env.settings, env.resources)
-        app.state.archive = Archive(env.settings, env.resources.db, ProjectionQueue(None))
+        app = create_app(env.settings, dataclasses.replace(
+            env.resources, queue=ProjectionQueue(None), index=None, embedder=None))
         import httpx
 
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
@@ -110,8 +111,8 @@ async def test_postgresql_unavailable_is_503_with_code(make_env):
         h = env.token("acme")
         dead = Database("postgresql://postgres@127.0.0.1:1/none", "memory", timeout=1)
         await dead.open()
-        app = create_app(env.settings, env.resources)
-        app.state.archive = Archive(env.settings, dead, env.resources.queue)
+        app = create_app(env.settings, dataclasses.replace(env.resources, db=dead, index=None,
+                                                           embedder=None))
         import httpx
 
         try:

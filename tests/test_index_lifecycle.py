@@ -12,9 +12,9 @@ from conftest import index_point, make_incompatible_collection
 
 from shared.index.edge import QdrantEdgeEngine
 from shared.index.qdrant import QdrantClientEngine
+from shared import models
 from shared.projection.project import project_operations
-from shared.store import repository
-from shared.store.database import Q
+from shared.store import outbox
 
 pytestmark = pytest.mark.both_engines
 
@@ -49,9 +49,8 @@ async def test_an_expired_lease_is_reclaimed_and_completed_with_the_current_stat
         card = (await _create(env, h, 1))[0]
         # a worker leases the operation and dies before completing it
         async with env.resources.db.transaction("acme") as conn:
-            cur = await conn.execute(Q.ops_claim, {"workspace": "acme", "op_id": -1, "batch": True,
-                                                   "limit": 10, "lease_seconds": 1})
-            assert len(await cur.fetchall()) == 1
+            assert len(await outbox.lease(conn, "acme", None, batch=True, limit=10,
+                                          lease_seconds=1)) == 1
         # meanwhile the card changes
         r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json=_rule(
             "Rule 0 about invoices", "Invoices are issued on the last day of the month.", revision=1))
@@ -120,7 +119,7 @@ async def test_raising_the_projection_format_makes_old_projections_pending(make_
         cards = await _create(env, h, 3)
         await env.drain()
         assert len((await _search(env, h))["results"]) == 3
-        monkeypatch.setattr(repository, "PROJECTION_FORMAT", repository.PROJECTION_FORMAT + 1)
+        monkeypatch.setattr(models, "PROJECTION_FORMAT", models.PROJECTION_FORMAT + 1)
         shown = (await env.client.get(f"{BASE}/{cards[0]['id']}", headers=h)).json()
         assert shown["card"]["index_status"] == "pending"
         res = await _search(env, h)
@@ -139,7 +138,7 @@ async def test_raising_the_projection_format_makes_old_projections_pending(make_
         from shared.errors import SchemaOutdated
 
         with pytest.raises(SchemaOutdated, match="memarc migrate"):
-            await repository.check_projection_format(env.resources.db)
+            await outbox.check_projection_format(env.resources.db)
 
 
 async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(make_env):

@@ -1,6 +1,7 @@
-"""Isolation audit (DESIGN §8, issue 8): every route, every CLI command, every explorer page,
-every table, every use case of ``shared``, enumerated from the code or the catalogue so that a
-new one cannot be forgotten.
+"""Isolation audit (DESIGN §8, issue 8): no workspace reaches another's rows, by any way in.
+
+Every route, every CLI command, every explorer page, every table, every use case of ``shared``,
+enumerated from the code or the catalogue so that a new one cannot be forgotten.
 
 Workspace ``wa`` is the victim, ``wb`` the caller. Both hold a row in every workspace table.
 """
@@ -17,13 +18,12 @@ import psycopg
 import pytest
 from conftest import archive_row_counts, archive_tables, start_server, stop_server
 
-from shared.archive.cards import Archive
 from shared.auth import PERMISSIONS, Principal
 from shared.errors import Forbidden, NotFound
 from shared.models import CardWrite, SearchRequest
-from shared.store.repository import ListQuery
-from shared.workflow.proposals import ProposeRequest, ReviewRequest, Workflow
-from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChanges
+from shared.store.listing import ListQuery
+from shared.workflow.proposals import ProposeRequest, ReviewRequest
+from shared.workflow.schema_changes import SchemaChangeRequest
 from writer.app import create_app
 from writer.auth import authorize
 from writer.cli import COMMANDS, main
@@ -444,9 +444,9 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
 async def test_shared_core_rechecks_the_principal(make_env):
     async with make_env() as env:
         data = await seed(env)
-        r = env.resources
-        services = {"Archive": Archive(env.settings, r.db, r.queue, r.index, r.embedder),
-                    "Workflow": Workflow(r.db, r.queue), "SchemaChanges": SchemaChanges(r.db, r.queue)}
+        archive = env.resources.archive()
+        services = {"Archive": archive, "Workflow": archive.workflow,
+                    "SchemaChanges": archive.schema_changes}
         calls = core_calls(data["wa"])
         found = {f"{name}.{m}" for name, svc in services.items()
                  for m, fn in inspect.getmembers(type(svc), inspect.iscoroutinefunction)

@@ -291,13 +291,14 @@ async def test_every_mutating_route_records_success_and_rejection(make_env):
 async def test_a_failed_mutation_is_recorded_as_failed(make_env):
     """A use case that fails on a dependency (here: no index in this process) leaves a
     ``failed:<code>`` record; the shared core records it, whatever surface called it."""
-    from shared.archive.cards import Archive
+    import dataclasses
+
     from shared.auth import Principal
     from shared.errors import IndexUnavailable
 
     async with make_env() as env:
         env.workspace("acme")
-        archive = Archive(env.settings, env.resources.db, env.resources.queue, index=None)
+        archive = dataclasses.replace(env.resources, index=None, embedder=None).archive()
         who = Principal(workspace="acme", permissions=frozenset({"memory.manage"}),
                         actor="test:operator")
         try:

@@ -1,9 +1,13 @@
-"""The list query (DESIGN §10): filters before pagination, facets, stable sorts — one query in
-shared/ serving the API, the CLI and the explorer."""
+"""The list query (DESIGN §10): filters before pagination, facets, stable sorts.
+
+One query in ``shared/store/listing.py`` serves the API, the CLI and the explorer.
+"""
 
 from __future__ import annotations
 
 import psycopg
+
+from shared.models import card_id_str
 
 BASE = "/api/workspaces/acme/memory"
 
@@ -84,18 +88,18 @@ async def test_filters_sorts_and_pagination(make_env):
 
 
 async def test_facets_count_every_filter_but_their_own(make_env):
-    from shared.store import repository
-    from shared.store.repository import ListQuery
+    from shared.store import listing
+    from shared.store.listing import ListQuery
 
     async with make_env() as env:
         await _seed(env)
         async with env.resources.db.transaction("acme", read_only=True) as conn:
-            f = await repository.facet_counts(conn, ListQuery())
+            f = await listing.facet_counts(conn, ListQuery())
             assert f["family"] == {"sql_rule": 3, "domain_clarification": 2}
             assert f["concepts"] == {"sales": 3, "keys": 2}
             assert f["database"] == {"db1": 3, "db2": 1}
             assert "table" not in f  # tables are listed within a database
-            f = await repository.facet_counts(conn, ListQuery(database="db1", family=["sql_rule"]))
+            f = await listing.facet_counts(conn, ListQuery(database="db1", family=["sql_rule"]))
             assert f["family"] == {"sql_rule": 2, "domain_clarification": 1}  # own filter left out
             assert f["database"] == {"db1": 2, "db2": 1}
             assert f["table"] == {"orders": 2, "customers": 1}
@@ -105,8 +109,8 @@ async def test_facets_count_every_filter_but_their_own(make_env):
 async def test_text_search_is_a_literal_substring_of_title_or_content_in_this_workspace(make_env):
     """``q`` goes through migration 004's owner function: same matches as ILIKE on the
     workspace's cards, wildcards taken literally, another workspace's cards never matched."""
-    from shared.store import repository
-    from shared.store.repository import ListQuery
+    from shared.store import listing
+    from shared.store.listing import ListQuery
 
     async with make_env() as env:
         h, ids = await _seed(env)
@@ -131,12 +135,12 @@ async def test_text_search_is_a_literal_substring_of_title_or_content_in_this_wo
         assert await _titles(env, h, ids, q="alpha", concepts="keys") == (["Alpha"], 1)
         async with env.resources.db.transaction("acme", role="reader", read_only=True) as conn:
             query = ListQuery(q="alpha")
-            matches = await repository.text_matches(conn, query)
-            assert {ids[repository.card_id_str(m)] for m in matches} == {"Alpha", "Golf"}
-            f = await repository.facet_counts(conn, query, matches=matches)
+            matches = await listing.text_matches(conn, query)
+            assert {ids[card_id_str(m)] for m in matches} == {"Alpha", "Golf"}
+            f = await listing.facet_counts(conn, query, matches=matches)
             assert f["family"] == {"sql_rule": 2} and f["database"] == {"db1": 1}
             # the same page without pre-resolved matches
-            cards, total = await repository.list_cards(conn, query)
+            cards, total = await listing.list_cards(conn, query)
             assert total == 2 and other_id not in {c.id for c in cards}
             # the function itself is confined to the transaction's workspace
             cur = await conn.execute("SELECT count(*) AS n FROM card_text_matches('%%elsewhere%%')")
@@ -154,8 +158,8 @@ async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env):
     themselves, for combinations of every filter (the one-entry rule included)."""
     import itertools
 
-    from shared.store import repository
-    from shared.store.repository import ListQuery
+    from shared.store import listing
+    from shared.store.listing import ListQuery
 
     async with make_env() as env:
         h, _ = await _seed(env)
@@ -164,7 +168,7 @@ async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env):
                                                    concepts=["sales"]), headers=h)
         assert r.status_code == 201, r.text
         async with env.resources.db.transaction("acme", role="reader", read_only=True) as conn:
-            cards, _ = await repository.list_cards(conn, ListQuery(per_page=100))
+            cards, _ = await listing.list_cards(conn, ListQuery(per_page=100))
 
             def keep(card, query, skip):
                 text = (card.title + " " + " ".join(card.content.values())).lower()
@@ -210,7 +214,7 @@ async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env):
                     ({}, {"database": "db1"}, {"database": "db1", "table": "orders"},
                      {"database": "db2"})):
                 query = ListQuery(q=q, family=family, concepts=concepts, **place)
-                got = await repository.facet_counts(conn, query)
+                got = await listing.facet_counts(conn, query)
                 assert got == recount(query), query
                 for counts in got.values():
                     assert list(counts.values()) == sorted(counts.values(), reverse=True)

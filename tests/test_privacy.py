@@ -1,6 +1,9 @@
-"""Privacy filter (issue 8): secrets never reach the embedder or the index, the filter fails
-closed, projection format 2 re-projects every card, PostgreSQL keeps the original for callers
-allowed to see the workspace."""
+"""Privacy filter (issue 8): secrets never reach the embedder or the index.
+
+The filter fails closed, its configured limit applies to projection and recall alike, projection
+format 2 re-projects every card, PostgreSQL keeps the original for callers allowed to see the
+workspace.
+"""
 
 from __future__ import annotations
 
@@ -21,12 +24,11 @@ from test_explorer import explorer, get  # noqa: F401  (fixture and helper)
 from shared.auth import Principal
 from shared.errors import SchemaOutdated
 from shared.index.engine import IndexFilter
+from shared import models
 from shared.models import Card, Dependency, SearchRequest
 from shared.privacy import PrivacyFilter, PrivacyFilterFailed, Rule
 from shared.projection.project import project_operations, projected_document, projected_text
-from shared.recall.verified import recall
 from shared.resources import Resources
-from shared.store import repository
 from shared.store.migrations import migrate
 
 BASE = "/api/workspaces/acme/memory"
@@ -278,19 +280,50 @@ async def test_projection_sends_only_redacted_text_and_payload(make_env, embedde
         # what the index stores
         points = await env.resources.index.scroll_ids("acme")
         pl = points[uuid.UUID(card["id"][4:])]
-        assert SECRET_PW not in json.dumps(pl) and pl["format"] == repository.PROJECTION_FORMAT == 2
+        assert SECRET_PW not in json.dumps(pl) and pl["format"] == models.PROJECTION_FORMAT == 2
         assert pl["scope"] == "warehouse password=[REDACTED:password]"
         # the BM25 vector has no term of the secret; an ordinary word of the card is there
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []
         assert await _bm25_hits(env, "acme", "nightly") == [uuid.UUID(card["id"][4:])]
         # a query with a secret in it is redacted before it is embedded, and still finds the card
         principal = Principal(workspace="acme", permissions=frozenset({"memory.read"}), actor="t")
-        res = await recall(env.resources.db, env.resources.index, recorder, principal, "acme",
-                           SearchRequest(query=f"nightly run with PGPASSWORD={SECRET_PW}",
-                                         mode="rules"))
+        res = await env.resources.archive().search(principal, "acme", SearchRequest(
+            query=f"nightly run with PGPASSWORD={SECRET_PW}", mode="rules"))
         assert [x.card.id for x in res.results] == [card["id"]]
         assert SECRET_PW in res.results[0].card.content["rationale"]  # from PostgreSQL
         assert recorder.queries[-1] == "nightly run with PGPASSWORD=[REDACTED:password]"
+
+
+@pytest.mark.parametrize("max_chars", [60, None], ids=["limit-60", "default"])
+async def test_recall_applies_the_configured_privacy_limit(make_env, explorer, max_chars):  # noqa: F811
+    """``MEMARC_PRIVACY_MAX_CHARS`` reaches recall as it reaches projection: a query longer
+    than the limit is refused before anything is sent (503 ``privacy_filter_failed``, on the API
+    and on the explorer's recall page alike); under the default limit the same query is answered."""
+    overrides = {} if max_chars is None else {"privacy_max_chars": max_chars}
+    async with make_env(**overrides) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, headers=h, json={  # projected text: 44 characters
+            "family": "sql_rule", "title": "Fiscal weeks",
+            "content": {"rule": "Fiscal weeks start on Monday."}})).json()["card"]
+        await env.drain()
+        query = "when does a fiscal week start in the calendar that finance uses?"
+        assert len(query) > 60
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": query})
+        ds = explorer(env, {"alice": ["acme"]})
+        page = await get(ds, "/-/memory/acme/-/recall", q=query)
+        if max_chars is None:
+            assert r.status_code == 200, r.text
+            assert [x["card"]["id"] for x in r.json()["results"]] == [card["id"]]
+            assert page.status_code == 200 and "Fiscal weeks" in page.text
+            return
+        assert r.status_code == 503 and r.json()["code"] == "privacy_filter_failed", r.text
+        detail = r.json()["detail"]
+        assert "MEMARC_PRIVACY_MAX_CHARS" in detail and query not in detail
+        assert page.status_code == 503 and detail in page.text
+        # a query within the limit is answered (and the card was projected under it)
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "fiscal weeks"})
+        assert [x["card"]["id"] for x in r.json()["results"]] == [card["id"]]
 
 
 async def test_a_card_the_filter_refuses_fails_closed(make_env, embedder):
@@ -438,7 +471,7 @@ async def test_migration_005_reprojects_format_1_cards_redacted(make_env, monkey
         # Project as the format-1 code did (no filter, format 1 in the payload and the record),
         # then take the database back to before migration 005.
         with monkeypatch.context() as m:
-            m.setattr(repository, "PROJECTION_FORMAT", 1)
+            m.setattr(models, "PROJECTION_FORMAT", 1)
             for ws in ("acme", "other"):
                 report = await project_operations(env.resources.db, env.resources.index,
                                                   env.resources.embedder, ws, None,

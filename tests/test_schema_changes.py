@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 
 from shared.auth import Principal
-from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChanges
+from shared.workflow.schema_changes import SchemaChangeRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 MEM = "/api/workspaces/acme/memory"
@@ -132,7 +132,7 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
         # the process records the run, then dies before the deletion phase
         principal = Principal(workspace="acme", permissions=frozenset({"memory.schema"}),
                               actor="test:crashed")
-        service = SchemaChanges(env.resources.db, env.resources.queue)
+        service = env.resources.archive().schema_changes
         row = await service.record(principal, "acme", SchemaChangeRequest(**run))
         assert row["status"] == "cleanup_pending"
         assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)

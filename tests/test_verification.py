@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from conftest import index_point
 
-from shared.store.repository import PROJECTION_FORMAT
+from shared.models import PROJECTION_FORMAT
 
 pytestmark = pytest.mark.both_engines
 

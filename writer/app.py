@@ -32,7 +32,7 @@ from shared.errors import (ArchiveError, BadRequest, DatabaseUnavailable, Invali
 from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
 from shared.projection.reconciliation import AuditReport
 from shared.resources import Resources
-from shared.store.repository import ListQuery
+from shared.store.listing import ListQuery
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
 from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES
 from writer.workflow import SchemaChangeController, SessionController
@@ -391,7 +391,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
             yield
             return
         res = await Resources.open(settings, with_index=True)
-        app.state.archive = Archive(settings, res.db, res.queue, res.index, res.embedder)
+        app.state.archive = res.archive()
         try:
             yield
         finally:
@@ -400,8 +400,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
     state = State()
     state.auth_failures = FailedAuthLog()
     if resources is not None:
-        state.archive = Archive(settings, resources.db, resources.queue, resources.index,
-                                resources.embedder)
+        state.archive = resources.archive()
     return Litestar(
         route_handlers=[MemoryController, SessionController, SchemaChangeController, healthz, readyz],
         lifespan=[lifespan],

@@ -314,9 +314,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         if demo_workspace and token:
             principal = Principal(workspace=demo_workspace,
                                   permissions=frozenset({"memory.manage"}), actor="memarc-up")
-            archive = Archive(settings, resources.db, resources.queue, resources.index,
-                              resources.embedder)
-            await _demo_load(archive, principal, demo_workspace,
+            await _demo_load(resources.archive(), principal, demo_workspace,
                              cards_path or bundled_cards(), out)
         await serve
     finally:

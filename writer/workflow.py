@@ -31,13 +31,13 @@ SessionId = Annotated[str, Parameter(description="Session id of the caller's wor
 
 
 async def provide_workflow(state: State) -> Workflow:
-    """The workflow use cases over the process's database and projection queue."""
-    return Workflow(state.archive.db, state.archive.queue)
+    """The workflow use cases of the process's archive (``Resources.archive()``)."""
+    return state.archive.workflow
 
 
 async def provide_schema_changes(state: State) -> SchemaChanges:
-    """The schema-change cleanup over the process's database and projection queue."""
-    return SchemaChanges(state.archive.db, state.archive.queue)
+    """The schema-change cleanup of the process's archive (``Resources.archive()``)."""
+    return state.archive.schema_changes
 
 
 def _replayed(content: object, replayed: bool) -> Response:

@@ -1,15 +1,15 @@
-"""Activity records of rejected and failed attempts (DESIGN §8).
+"""Activity records of rejected and failed attempts (DESIGN §8): :func:`audited` and its helper.
 
 Every state change writes an activity record (who, verb, card, outcome, time). A successful change
 writes it in its own transaction; a rejected or failed attempt writes it here, in a transaction of
-its own, so it is the only trace the attempt leaves. Three layers call this module and each
-attempt is recorded once (the exception carries ``activity_recorded``):
+its own, so it is the only trace the attempt leaves. Two layers record, and each attempt is
+recorded once (the exception carries ``activity_recorded``):
 
-- a use case that knows more about the rejection (the card, the session) records it itself;
-- :func:`audited` wraps every mutating use case of ``shared`` and records what escaped it (a
-  missing permission, a card id that is not one, a dependency that failed);
+- :func:`audited` wraps every mutating use case of ``shared`` and records whatever escapes it (bad
+  input, a missing permission, a card id that is not one, a dependency that failed), naming the
+  card (``card_id``), the session (``session_id``) or the run (``req.run_id``) from its arguments;
 - the writer's boundary records what never reached ``shared`` (an unreadable body, a query
-  parameter out of bounds, a body over the size limit).
+  parameter out of bounds, a body over the size limit) with :func:`record_rejection`.
 
 A principal of another workspace leaves no record: its attempt is not written into a workspace
 it cannot see (the writer answers 404, as for a missing workspace).
@@ -29,7 +29,7 @@ import psycopg
 from shared.auth import Principal
 from shared.errors import ArchiveError, DatabaseUnavailable
 from shared.models import parse_card_id
-from shared.store import repository
+from shared.store import activity_log
 from shared.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ async def record_rejection(db: Database, principal: Principal, workspace: str, v
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     try:
         async with db.transaction(workspace) as conn:
-            await repository.record_activity(
+            await activity_log.record(
                 conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
                 outcome=outcome_of(exc), detail={**(detail or {}), "message": message[:500]})
     except Exception:  # noqa: BLE001 - the original error is what the caller reports

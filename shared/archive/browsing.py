@@ -12,26 +12,25 @@ import msgspec
 
 from shared.errors import NotFound
 from shared.models import Card, IncomingLink, card_id_str, parse_card_id
-from shared.store import repository
-from shared.store.database import Database, Q
-from shared.store.repository import ListQuery
+from shared.store import activity_log, cards, listing, outbox, workspaces as workspace_rows
+from shared.store.database import Database
+from shared.store.listing import ListQuery
 
 
 async def workspaces(db: Database) -> list[dict[str, Any]]:
     """Every workspace ``{id, language, created_at}`` (filter by permission afterwards)."""
     async with db.transaction(None, role="reader", read_only=True) as conn:
-        cur = await conn.execute(Q.workspace_list)
-        return await cur.fetchall()
+        return await workspace_rows.list_all(conn)
 
 
 async def list_cards(db: Database, workspace: str, query: ListQuery) -> tuple[list[Card], int]:
-    """A page of cards and the total, as :func:`shared.store.repository.list_cards`.
+    """A page of cards and the total, as :func:`shared.store.listing.list_cards`.
 
     :raises NotFound: no such workspace. :raises InvalidInput: bad page or filter.
     """
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        return await repository.list_cards(conn, query)
+        await workspace_rows.get(conn, workspace)
+        return await listing.list_cards(conn, query)
 
 
 async def card_detail(db: Database, workspace: str, card_id: str
@@ -46,18 +45,17 @@ async def card_detail(db: Database, workspace: str, card_id: str
     if cid is None:
         raise NotFound(f"no card {card_id!r}")
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        card = await repository.get_card(conn, cid)
-        incoming = await repository.incoming_links(conn, cid)
-        cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": cid})
-        return card, incoming, await cur.fetchall()
+        card = await cards.get(conn, cid)
+        incoming = await cards.incoming_links(conn, cid)
+        return card, incoming, await outbox.pending_for_card(conn, cid)
 
 
 async def pending(db: Database, workspace: str, limit: int = 100, offset: int = 0
                   ) -> tuple[list[dict[str, Any]], int]:
     """Incomplete projection operations of a workspace and their count."""
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        return await repository.pending_ops(conn, limit, offset)
+        await workspace_rows.get(conn, workspace)
+        return await outbox.pending(conn, limit, offset)
 
 
 # ---- explorer pages: one read-only transaction per page ----
@@ -90,22 +88,22 @@ class CardView(msgspec.Struct, kw_only=True):
 async def list_page(db: Database, workspace: str, query: ListQuery, *,
                     facets: bool = True) -> ListPage:
     """A page of cards as :func:`list_cards`, plus facet counts (family, origin, concepts,
-    database, and table within the selected database); see :func:`repository.facet_counts`.
+    database, and table within the selected database); see :func:`listing.facet_counts`.
     Selected values always appear, with their count (0 when nothing matches).
 
     :raises NotFound: no such workspace. :raises InvalidInput: bad page or filter.
     """
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        matches = await repository.text_matches(conn, query)  # one search for every statement
-        cards, total = await repository.list_cards(conn, query, matches)
+        await workspace_rows.get(conn, workspace)
+        matches = await listing.text_matches(conn, query)  # one search for every statement
+        page, total = await listing.list_cards(conn, query, matches)
         counts: dict[str, dict[str, int]] = {}
         if facets:
-            counts = await repository.facet_counts(conn, query, matches=matches)
+            counts = await listing.facet_counts(conn, query, matches=matches)
             for name in counts:
                 for value in selected_values(query, name):
                     counts[name].setdefault(value, 0)
-        return ListPage(cards=cards, total=total, facets=counts)
+        return ListPage(cards=page, total=total, facets=counts)
 
 
 def selected_values(query: ListQuery, facet: str) -> list[str]:
@@ -125,13 +123,12 @@ async def card_view(db: Database, workspace: str, card_id: str) -> CardView:
     if cid is None:
         raise NotFound(f"no card {card_id!r} in this workspace")
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        card = await repository.get_card(conn, cid)
-        incoming = await repository.incoming_links(conn, cid)
-        cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": cid})
-        ops = await cur.fetchall()
+        await workspace_rows.get(conn, workspace)
+        card = await cards.get(conn, cid)
+        incoming = await cards.incoming_links(conn, cid)
+        ops = await outbox.pending_for_card(conn, cid)
         targets = [t for t in (parse_card_id(link.target) for link in card.links) if t is not None]
-        linked = await repository.get_cards(conn, targets)
+        linked = await cards.get_many(conn, targets)
         titles = {card_id_str(u): c.title for u, c in linked.items()}
         return CardView(card=card, incoming_links=incoming, open_operations=ops, link_titles=titles)
 
@@ -143,9 +140,9 @@ async def workspace_overview(db: Database, workspace: str) -> dict[str, int]:
     :raises NotFound: no such workspace.
     """
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        counts = await repository.projection_counts(conn)
-        _, open_ops = await repository.pending_ops(conn, limit=0)
+        await workspace_rows.get(conn, workspace)
+        counts = await outbox.projection_counts(conn)
+        _, open_ops = await outbox.pending(conn, limit=0)
         return {"cards": counts["cards"], "current": counts["current"], "open_operations": open_ops}
 
 
@@ -153,7 +150,7 @@ async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int
                    verb: str | None = None, card_id: str | None = None,
                    outcome: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """The activity log of a workspace, newest first, and its total (filters as
-    :func:`shared.store.repository.activity`).
+    :func:`shared.store.activity_log.entries`).
 
     :raises NotFound: no such workspace. :raises InvalidInput: ``card_id`` is not a card id.
     """
@@ -165,6 +162,6 @@ async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int
         if card_uuid is None:
             raise InvalidInput(f"{card_id!r} is not a card id", field="card_id")
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        return await repository.activity(conn, verb=verb, card_uuid=card_uuid, outcome=outcome,
-                                         limit=limit, offset=offset)
+        await workspace_rows.get(conn, workspace)
+        return await activity_log.entries(conn, verb=verb, card_uuid=card_uuid, outcome=outcome,
+                                          limit=limit, offset=offset)

@@ -1,10 +1,12 @@
-"""The archive's use cases: every surface (writer API, CLI, explorer, importer) calls these.
+"""The archive's use cases (:class:`Archive`): card administration, index lifecycle, recall, import.
 
-Each method checks the principal again (DESIGN §8), runs one PostgreSQL transaction under the
-workspace advisory lock, records the activity, and enqueues projection operations only after the
+Every surface (writer API, CLI, explorer, importer) calls these, on the archive that
+:meth:`shared.resources.Resources.archive` builds. Each method checks the principal again
+(DESIGN §8), runs one PostgreSQL transaction under the workspace advisory lock through the store
+(:mod:`shared.store`), records the activity, and enqueues projection operations only after the
 commit. A write that committed is a success even when Redis, Qdrant or the embedder is down: it
-reports ``index_status: pending``. Rejected mutations leave only their activity record, written in
-a transaction of its own.
+reports ``index_status: pending``. A rejected or failed mutation leaves only its activity record,
+written by :func:`~shared.archive.activity.audited` in a transaction of its own.
 """
 
 from __future__ import annotations
@@ -18,23 +20,25 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 import msgspec
-from psycopg.types.json import Jsonb
 
-from shared.archive.activity import audited, record_rejection
+from shared import models
+from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.config import Settings
-from shared.errors import (ArchiveError, Conflict, EmbedderUnavailable, IndexUnavailable,
-                           InvalidInput, NotFound)
+from shared.errors import Conflict, EmbedderUnavailable, IndexUnavailable, InvalidInput, NotFound
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink,
                            SearchRequest, card_id_str, parse_card_id, validate_card_write)
+from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import BATCH_SIZE
 from shared.projection.queue import ProjectionQueue
 from shared.recall.verified import recall
-from shared.store import repository
-from shared.store.database import Database, Q
-from shared.store.repository import ListQuery
+from shared.store import activity_log, cards, listing, outbox, rebuilds, workspaces
+from shared.store.database import Database
+from shared.store.listing import ListQuery
+from shared.workflow.proposals import Workflow
+from shared.workflow.schema_changes import SchemaChanges
 
 log = logging.getLogger(__name__)
 
@@ -106,24 +110,26 @@ def _card_uuid(card_id: str) -> uuid.UUID:
 class Archive:
     """The archive's services over one database, queue and (optionally) index and embedder.
 
-    ``index`` and ``embedder`` may be None (a writer without an index): card administration works,
-    recall raises :class:`IndexUnavailable` / :class:`EmbedderUnavailable`.
+    Built by :meth:`shared.resources.Resources.archive`. ``index`` and ``embedder`` may be None
+    (a writer without an index): card administration works, recall raises
+    :class:`IndexUnavailable` / :class:`EmbedderUnavailable`. ``privacy`` filters what recall
+    sends to the embedder and the index. ``workflow`` and ``schema_changes`` are the session
+    workflow and the schema-change cleanup over the same database and queue.
     """
 
     def __init__(self, settings: Settings, db: Database, queue: ProjectionQueue,
-                 index: IndexEngine | None = None, embedder: Embedder | None = None) -> None:
+                 index: IndexEngine | None = None, embedder: Embedder | None = None, *,
+                 privacy: PrivacyFilter = DEFAULT_FILTER) -> None:
         self.settings = settings
         self.db = db
         self.queue = queue
         self.index = index
         self.embedder = embedder
+        self.privacy = privacy
+        self.workflow = Workflow(db, queue)
+        self.schema_changes = SchemaChanges(db, queue)
 
     # ---- helpers ----
-
-    async def _reject(self, principal: Principal, workspace: str, verb: str,
-                      card_uuid: uuid.UUID | None, exc: ArchiveError) -> None:
-        """Record a rejected mutation in its own transaction (the only trace it leaves)."""
-        await record_rejection(self.db, principal, workspace, verb, exc, card_uuid=card_uuid)
 
     async def _wait(self, workspace: str, card_uuid: uuid.UUID, seconds: float,
                     deleted: bool = False) -> str:
@@ -131,17 +137,26 @@ class Archive:
         while True:
             async with self.db.transaction(workspace, read_only=True) as conn:
                 if deleted:
-                    cur = await conn.execute(Q.ops_open_for_card, {"card_id": card_uuid})
-                    done = not await cur.fetchall()
+                    done = not await outbox.open_for_card(conn, card_uuid)
                 else:
-                    state = await repository.projection_state(conn, card_uuid)
+                    state = await outbox.projection_state(conn, card_uuid)
                     done = bool(state and state["projected_revision"] == state["revision"]
-                                and state["projected_format"] == repository.PROJECTION_FORMAT)
+                                and state["projected_format"] == models.PROJECTION_FORMAT)
             if done:
                 return "current"
             if time.monotonic() >= deadline:
                 return "pending"
             await asyncio.sleep(0.1)
+
+    async def _written(self, workspace: str, card_uuid: uuid.UUID, op_id: int,
+                       wait: float) -> WriteResult:
+        """After a committed create or update: enqueue its projection, wait for it if asked,
+        and read the card back."""
+        await self.queue.enqueue(workspace, [op_id])
+        status = await self._wait(workspace, card_uuid, wait) if wait > 0 else "pending"
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            card = await cards.get(conn, card_uuid)
+        return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
 
     # ---- card administration (memory.manage) ----
 
@@ -154,26 +169,18 @@ class Archive:
         :raises InvalidInput: invalid body or link. :raises Forbidden / NotFound: principal.
         """
         principal.require(workspace, "memory.manage")
-        try:
-            if body.revision is not None:
-                raise InvalidInput("a new card has no revision", field="revision")
-            validate_card_write(body)
-            async with self.db.transaction(workspace, lock="exclusive") as conn:
-                await repository.workspace(conn, workspace)
-                links = await repository.resolve_link_targets(conn, body.links)
-                card_uuid, revision = await repository.insert_card(conn, workspace, body,
-                                                                   origin="manual", links=links)
-                op_id = await repository.insert_op(conn, workspace, card_uuid, "upsert", revision)
-                await repository.record_activity(conn, workspace, actor=principal.actor,
-                                                 verb="create", card_uuid=card_uuid, outcome="ok")
-        except (InvalidInput, NotFound) as exc:
-            await self._reject(principal, workspace, "create", None, exc)
-            raise
-        await self.queue.enqueue(workspace, [op_id])
-        status = await self._wait(workspace, card_uuid, wait) if wait > 0 else "pending"
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            card = await repository.get_card(conn, card_uuid)
-        return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
+        if body.revision is not None:
+            raise InvalidInput("a new card has no revision", field="revision")
+        validate_card_write(body)
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            links = await cards.resolve_link_targets(conn, body.links)
+            card_uuid, revision = await cards.insert(conn, workspace, body, origin="manual",
+                                                     links=links)
+            op_id = await outbox.insert(conn, workspace, card_uuid, "upsert", revision)
+            await activity_log.record(conn, workspace, actor=principal.actor, verb="create",
+                                      card_uuid=card_uuid, outcome="ok")
+        return await self._written(workspace, card_uuid, op_id, wait)
 
     @audited("update")
     async def update_card(self, principal: Principal, workspace: str, card_id: str,
@@ -185,26 +192,17 @@ class Archive:
         """
         principal.require(workspace, "memory.manage")
         card_uuid = _card_uuid(card_id)
-        try:
-            if body.revision is None:
-                raise InvalidInput("an update must name the revision it edits", field="revision")
-            validate_card_write(body)
-            async with self.db.transaction(workspace, lock="exclusive") as conn:
-                links = await repository.resolve_link_targets(conn, body.links, self_id=card_uuid)
-                revision = await repository.update_card(conn, workspace, card_uuid, body, links)
-                op_id = await repository.insert_op(conn, workspace, card_uuid, "upsert", revision)
-                await repository.record_activity(conn, workspace, actor=principal.actor,
-                                                 verb="update", card_uuid=card_uuid, outcome="ok",
-                                                 detail={"revision": revision})
-        except ArchiveError as exc:
-            if exc.status < 500:
-                await self._reject(principal, workspace, "update", card_uuid, exc)
-            raise
-        await self.queue.enqueue(workspace, [op_id])
-        status = await self._wait(workspace, card_uuid, wait) if wait > 0 else "pending"
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            card = await repository.get_card(conn, card_uuid)
-        return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
+        if body.revision is None:
+            raise InvalidInput("an update must name the revision it edits", field="revision")
+        validate_card_write(body)
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            links = await cards.resolve_link_targets(conn, body.links, self_id=card_uuid)
+            revision = await cards.update(conn, workspace, card_uuid, body, links)
+            op_id = await outbox.insert(conn, workspace, card_uuid, "upsert", revision)
+            await activity_log.record(conn, workspace, actor=principal.actor, verb="update",
+                                      card_uuid=card_uuid, outcome="ok",
+                                      detail={"revision": revision})
+        return await self._written(workspace, card_uuid, op_id, wait)
 
     @audited("delete")
     async def delete_card(self, principal: Principal, workspace: str, card_id: str,
@@ -216,15 +214,11 @@ class Archive:
         """
         principal.require(workspace, "memory.manage")
         card_uuid = _card_uuid(card_id)
-        try:
-            async with self.db.transaction(workspace, lock="exclusive") as conn:
-                await repository.delete_card(conn, card_uuid)
-                op_id = await repository.insert_op(conn, workspace, card_uuid, "delete", None)
-                await repository.record_activity(conn, workspace, actor=principal.actor,
-                                                 verb="delete", card_uuid=card_uuid, outcome="ok")
-        except NotFound as exc:
-            await self._reject(principal, workspace, "delete", card_uuid, exc)
-            raise
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await cards.delete(conn, card_uuid)
+            op_id = await outbox.insert(conn, workspace, card_uuid, "delete", None)
+            await activity_log.record(conn, workspace, actor=principal.actor, verb="delete",
+                                      card_uuid=card_uuid, outcome="ok")
         await self.queue.enqueue(workspace, [op_id])
         status = await self._wait(workspace, card_uuid, wait, deleted=True) if wait > 0 else "pending"
         return DeleteResult(deleted=card_id_str(card_uuid), index_status=status)  # type: ignore[arg-type]
@@ -237,10 +231,9 @@ class Archive:
         principal.require(workspace, "memory.manage")
         card_uuid = _card_uuid(card_id)
         async with self.db.transaction(workspace, read_only=True) as conn:
-            card = await repository.get_card(conn, card_uuid)
-            incoming = await repository.incoming_links(conn, card_uuid)
-            cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": card_uuid})
-            ops = await cur.fetchall()
+            card = await cards.get(conn, card_uuid)
+            incoming = await cards.incoming_links(conn, card_uuid)
+            ops = await outbox.pending_for_card(conn, card_uuid)
         return CardDetail(card=card, incoming_links=incoming, open_operations=ops)
 
     async def list_cards(self, principal: Principal, workspace: str, query: ListQuery) -> CardPage:
@@ -250,9 +243,9 @@ class Archive:
         """
         principal.require(workspace, "memory.manage")
         async with self.db.transaction(workspace, read_only=True) as conn:
-            await repository.workspace(conn, workspace)
-            cards, total = await repository.list_cards(conn, query)
-        return CardPage(cards=cards, total=total, page=query.page, per_page=query.per_page)
+            await workspaces.get(conn, workspace)
+            page, total = await listing.list_cards(conn, query)
+        return CardPage(cards=page, total=total, page=query.page, per_page=query.per_page)
 
     async def pending(self, principal: Principal, workspace: str, limit: int = 100,
                       offset: int = 0) -> PendingPage:
@@ -261,7 +254,7 @@ class Archive:
         if not 1 <= limit <= 1000 or offset < 0:
             raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
         async with self.db.transaction(workspace, read_only=True) as conn:
-            rows, total = await repository.pending_ops(conn, limit, offset)
+            rows, total = await outbox.pending(conn, limit, offset)
         return PendingPage(operations=rows, total=total)
 
     @audited("retry")
@@ -275,17 +268,16 @@ class Archive:
         principal.require(workspace, "memory.manage")
         card_uuid = _card_uuid(card_id)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
-            cur = await conn.execute(Q.ops_reset_for_retry, {"card_id": card_uuid})
-            op_ids = [r["id"] for r in await cur.fetchall()]
+            op_ids = await outbox.reset_for_retry(conn, card_uuid)
             if not op_ids:
-                state = await repository.projection_state(conn, card_uuid)
+                state = await outbox.projection_state(conn, card_uuid)
                 if state is None:
                     raise NotFound(f"no card or open operation {card_id_str(card_uuid)}")
-                op_ids = [await repository.insert_op(conn, workspace, card_uuid, "upsert",
-                                                     state["revision"])]
-            await repository.record_activity(conn, workspace, actor=principal.actor, verb="retry",
-                                             card_uuid=card_uuid, outcome="ok",
-                                             detail={"operations": op_ids})
+                op_ids = [await outbox.insert(conn, workspace, card_uuid, "upsert",
+                                              state["revision"])]
+            await activity_log.record(conn, workspace, actor=principal.actor, verb="retry",
+                                      card_uuid=card_uuid, outcome="ok",
+                                      detail={"operations": op_ids})
         enqueued = await self.queue.enqueue(workspace, op_ids)
         return RetryResult(card_id=card_id_str(card_uuid), operations=op_ids, enqueued=enqueued)
 
@@ -308,9 +300,9 @@ class Archive:
             if value is not None and (len(value) > 100 or "\x00" in value):
                 raise InvalidInput(f"{name} is not a valid filter", field=name)
         async with self.db.transaction(workspace, read_only=True) as conn:
-            await repository.workspace(conn, workspace)
-            rows, total = await repository.activity(conn, verb=verb, card_uuid=card_uuid,
-                                                    outcome=outcome, limit=limit, offset=offset)
+            await workspaces.get(conn, workspace)
+            rows, total = await activity_log.entries(conn, verb=verb, card_uuid=card_uuid,
+                                                     outcome=outcome, limit=limit, offset=offset)
         return {"activity": rows, "total": total}
 
     # ---- index lifecycle (memory.manage) ----
@@ -324,20 +316,14 @@ class Archive:
         principal.require(workspace, "memory.manage")
         rebuild_id = uuid.uuid4()
         async with self.db.transaction(workspace, lock="exclusive") as conn:
-            await repository.workspace(conn, workspace)
-            try:
-                async with conn.transaction():
-                    row = await (await conn.execute(Q.rebuild_insert, {
-                        "id": rebuild_id, "workspace": workspace,
-                        "actor": principal.actor})).fetchone()
-            except Exception as exc:
-                if repository.is_unique_violation(exc):
-                    active = await (await conn.execute(Q.rebuild_latest)).fetchone()
-                    raise Conflict("a rebuild of this workspace is already queued or running",
-                                   rebuild=str(active["id"]) if active else None) from exc
-                raise
-            await repository.record_activity(conn, workspace, actor=principal.actor, verb="index",
-                                             outcome="queued", detail={"rebuild": str(rebuild_id)})
+            await workspaces.get(conn, workspace)
+            row = await rebuilds.insert(conn, rebuild_id, workspace, principal.actor)
+            if row is None:
+                active = await rebuilds.latest(conn)
+                raise Conflict("a rebuild of this workspace is already queued or running",
+                               rebuild=str(active["id"]) if active else None)
+            await activity_log.record(conn, workspace, actor=principal.actor, verb="index",
+                                      outcome="queued", detail={"rebuild": str(rebuild_id)})
         row["enqueued"] = await self.queue.enqueue_rebuild(workspace, rebuild_id)
         return row
 
@@ -354,9 +340,9 @@ class Archive:
                     rid = uuid.UUID(rebuild_id)
                 except ValueError:
                     raise NotFound(f"no rebuild {rebuild_id!r}") from None
-                row = await (await conn.execute(Q.rebuild_get, {"id": rid})).fetchone()
+                row = await rebuilds.get(conn, rid)
             else:
-                row = await (await conn.execute(Q.rebuild_latest)).fetchone()
+                row = await rebuilds.latest(conn)
         if row is None:
             raise NotFound("no rebuild of this workspace")
         return row
@@ -387,10 +373,14 @@ class Archive:
 
     # ---- recall (memory.read) ----
 
-    async def search(self, principal: Principal, workspace: str, req: SearchRequest):
-        """Verified recall; see :func:`shared.recall.verified.recall`.
+    async def search(self, principal: Principal, workspace: str, req: SearchRequest, *,
+                     role: Literal["runtime", "reader"] = "runtime"):
+        """Verified recall through this process's privacy filter; see
+        :func:`shared.recall.verified.recall` (``role``: the database role of its reads; the
+        explorer passes ``reader``).
 
         :raises IndexUnavailable / EmbedderUnavailable: this process has no index or model.
+        :raises PrivacyFilterFailed: the privacy filter refused the query (nothing was sent).
         """
         principal.require(workspace, "memory.read")
         if self.index is None:
@@ -398,7 +388,8 @@ class Archive:
                                    "MEMARC_QDRANT_URL)")
         if self.embedder is None:
             raise EmbedderUnavailable()
-        return await recall(self.db, self.index, self.embedder, principal, workspace, req)
+        return await recall(self.db, self.index, self.embedder, principal, workspace, req,
+                            role=role, privacy=self.privacy)
 
     # ---- bulk import ----
 
@@ -412,73 +403,42 @@ class Archive:
             targets, more than 20,000 cards.
         """
         principal.require(workspace, "memory.manage")
-        cards = list(lines)
-        try:
-            if len(cards) > MAX_IMPORT_CARDS:
-                raise InvalidInput(f"an import holds at most {MAX_IMPORT_CARDS} cards")
-            ids: dict[str, uuid.UUID] = {}
-            for n, card in enumerate(cards, start=1):
-                try:
-                    validate_card_write(card)
-                except InvalidInput as exc:
-                    raise InvalidInput(f"line {n} (key {card.key!r}): {exc.message}") from exc
-                if card.key in ids:
-                    raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
-                ids[card.key] = uuid.uuid4()
-            async with self.db.transaction(workspace, lock="exclusive") as conn:
-                await repository.workspace(conn, workspace)
-                external = [parse_card_id(link.target) for c in cards for link in c.links
-                            if link.target not in ids]
-                if any(t is None for t in external):
-                    bad = next(link.target for c in cards for link in c.links
-                               if link.target not in ids and parse_card_id(link.target) is None)
-                    raise InvalidInput(f"link target {bad!r} is neither a key of this file nor a card id")
-                if external:
-                    cur = await conn.execute(Q.card_ids_existing, {"ids": external})
-                    existing = {r["id"] for r in await cur.fetchall()}
-                    missing = [t for t in external if t not in existing]
-                    if missing:
-                        raise InvalidInput(f"link target {card_id_str(missing[0])} is not a card "
-                                           "of this workspace")
-                await self._bulk_insert(conn, workspace, cards, ids)
-                cur = await conn.execute(Q.ops_insert_bulk, {
-                    "workspace": workspace, "ids": list(ids.values())})
-                op_ids = [r["id"] for r in await cur.fetchall()]
-                await repository.record_activity(conn, workspace, actor=principal.actor,
-                                                 verb="import", outcome="ok",
-                                                 detail={"cards": len(cards)})
-        except InvalidInput as exc:
-            await self._reject(principal, workspace, "import", None, exc)
-            raise
+        items = list(lines)
+        if len(items) > MAX_IMPORT_CARDS:
+            raise InvalidInput(f"an import holds at most {MAX_IMPORT_CARDS} cards")
+        ids: dict[str, uuid.UUID] = {}
+        for n, card in enumerate(items, start=1):
+            try:
+                validate_card_write(card)
+            except InvalidInput as exc:
+                raise InvalidInput(f"line {n} (key {card.key!r}): {exc.message}") from exc
+            if card.key in ids:
+                raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
+            ids[card.key] = uuid.uuid4()
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            external = [parse_card_id(link.target) for c in items for link in c.links
+                        if link.target not in ids]
+            if any(t is None for t in external):
+                bad = next(link.target for c in items for link in c.links
+                           if link.target not in ids and parse_card_id(link.target) is None)
+                raise InvalidInput(f"link target {bad!r} is neither a key of this file nor a card id")
+            if external:
+                existing = await cards.existing_ids(conn, external)  # type: ignore[arg-type]
+                missing = [t for t in external if t not in existing]
+                if missing:
+                    raise InvalidInput(f"link target {card_id_str(missing[0])} is not a card "
+                                       "of this workspace")
+            await cards.insert_imported(conn, workspace, items, ids)
+            op_ids = await outbox.insert_upserts(conn, workspace, list(ids.values()))
+            await activity_log.record(conn, workspace, actor=principal.actor, verb="import",
+                                      outcome="ok", detail={"cards": len(items)})
         # One job per projection batch: each job leases a batch of open operations itself, and
         # the sweep re-offers any operation whose job was lost.
         enqueued = await self.queue.enqueue(workspace, op_ids[::BATCH_SIZE])
-        return ImportResult(created=len(cards),
-                            by_family=dict(sorted(Counter(c.family for c in cards).items())),
+        return ImportResult(created=len(items),
+                            by_family=dict(sorted(Counter(c.family for c in items).items())),
                             enqueued=enqueued)
-
-    async def _bulk_insert(self, conn: Any, workspace: str, cards: list[ImportCard],
-                           ids: dict[str, uuid.UUID]) -> None:
-        async with conn.cursor() as cur:
-            await cur.executemany(Q.card_insert_noreturn, [{
-                "workspace": workspace, "id": ids[c.key], "family": c.family, "title": c.title,
-                "scope": c.scope, "origin": "import",
-                "source": Jsonb(msgspec.to_builtins(c.source)) if c.source else None,
-                "concepts": c.concepts, "content": Jsonb(c.content)} for c in cards])
-            await cur.executemany(Q.dependency_insert, [{
-                "workspace": workspace, "card_id": ids[c.key], "ordinal": i,
-                "database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
-                for c in cards for i, d in enumerate(c.dependencies)])
-            link_rows = []
-            for c in cards:
-                for link in c.links:
-                    target = ids.get(link.target) or parse_card_id(link.target)
-                    if target == ids[c.key]:
-                        raise InvalidInput(f"key {c.key!r} links to itself")
-                    link_rows.append({"workspace": workspace, "source_id": ids[c.key],
-                                      "target_id": target, "meaning": link.meaning.strip()})
-            if link_rows:
-                await cur.executemany(Q.link_insert, link_rows)
 
     # ---- status ----
 
@@ -486,9 +446,9 @@ class Archive:
         """Cards per family, how many are projected, and open operations."""
         principal.require(workspace, "memory.read")
         async with self.db.transaction(workspace, read_only=True) as conn:
-            await repository.workspace(conn, workspace)
-            families = await repository.family_counts(conn)
-            counts = await repository.projection_counts(conn)
-            _, open_ops = await repository.pending_ops(conn, 1, 0)
+            await workspaces.get(conn, workspace)
+            families = await cards.family_counts(conn)
+            counts = await outbox.projection_counts(conn)
+            _, open_ops = await outbox.pending(conn, 1, 0)
         return {"workspace": workspace, "by_family": families, "cards": counts["cards"],
                 "current": counts["current"], "open_operations": open_ops}

@@ -10,7 +10,7 @@ The payload holds what the filters need plus ``revision`` and ``format``. The co
 metadata records the dense model id and dimension; a mismatch raises :class:`IndexIncompatible`.
 
 Filters are put inside *each* branch query (never a top-level filter on a fused query: qdrant-client
-issue 1372), and the two rankings are fused by the caller with k = 60 (:mod:`shared.recall.verified`).
+issue 1372), and the two rankings are fused by the caller with k = 60 (:mod:`shared.recall.fusion`).
 """
 
 

@@ -20,7 +20,7 @@ from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, job_i
                                      redis_settings)
 from shared.projection.rebuild import rebuild_index
 from shared.resources import Resources
-from shared.store.database import Q
+from shared.store import outbox, rebuilds
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +63,15 @@ async def sweep(ctx: dict[str, Any]) -> int:
     redis = ctx["redis"]
     offered = 0
     async with res.db.transaction(None) as conn:
-        cur = await conn.execute(Q.sweep_workspaces)
-        workspaces = [r["workspace_id"] for r in await cur.fetchall()]
-        cur = await conn.execute(Q.sweep_rebuilds)
-        rebuilds = await cur.fetchall()
-    for row in rebuilds:
+        workspaces = await outbox.workspaces_with_open_operations(conn)
+        open_rebuilds = await rebuilds.open_rebuilds(conn)
+    for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
                                 _job_id=rebuild_job_id(row["rebuild_id"]))
         offered += 1
     for ws in workspaces:
         async with res.db.transaction(ws) as conn:
-            cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": ws, "limit": SWEEP_BATCH})
-            ids = [r["id"] for r in await cur.fetchall()]
+            ids = await outbox.open_for_sweep(conn, ws, SWEEP_BATCH)
         # one job per batch: each job leases up to BATCH_SIZE open operations of the workspace
         for op_id in ids[::BATCH_SIZE]:
             await redis.enqueue_job(PROJECT_JOB, ws, op_id, _job_id=job_id(op_id))

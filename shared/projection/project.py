@@ -1,4 +1,4 @@
-"""Projection: from the outbox to the index, always from the card's *current* PostgreSQL state.
+"""Projecting operations: from the outbox to the index, always from the card's current state.
 
 :func:`project_operations` is what a worker job runs for one operation id. It leases that
 operation plus other claimable ones of the workspace (batching the embedding), takes a per-card
@@ -15,13 +15,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared import models
 from shared.errors import ArchiveError
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine, PointIn
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
-from shared.store import repository
-from shared.store.database import Database, Q
+from shared.store import cards, outbox, workspaces
+from shared.store.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def payload(card: Card) -> dict[str, Any]:
         "deps": [{"database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
                  for d in card.dependencies],
         "revision": card.revision,
-        "format": repository.PROJECTION_FORMAT,
+        "format": models.PROJECTION_FORMAT,
     }
 
 
@@ -125,12 +126,9 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     """
     report = ProjectionReport()
     async with db.transaction(workspace) as conn:
-        cur = await conn.execute(Q.ops_claim, {
-            "workspace": workspace, "op_id": op_id if op_id is not None else -1,
-            "batch": batch or op_id is None, "limit": BATCH_SIZE if batch or op_id is None else 1,
-            "lease_seconds": lease_seconds,
-        })
-        ops = await cur.fetchall()
+        ops = await outbox.lease(conn, workspace, op_id, batch=batch or op_id is None,
+                                 limit=BATCH_SIZE if batch or op_id is None else 1,
+                                 lease_seconds=lease_seconds)
     report.leased = len(ops)
     if not ops:
         return report
@@ -161,8 +159,7 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
 
 async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max_attempts: int) -> None:
     async with db.transaction(workspace) as conn:
-        await conn.execute(Q.ops_fail, {"ids": op_ids, "error": error[:2000],
-                                        "max_attempts": max_attempts})
+        await outbox.fail(conn, op_ids, error, max_attempts)
 
 
 async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
@@ -176,22 +173,20 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
     # One transaction holds the per-card projection locks (taken in sorted order: no deadlock
     # between batches) while the cards are read, embedded, written to the index and recorded.
     async with db.transaction(workspace) as conn:
-        await conn.execute(Q.projection_lock_shared, {"workspace": workspace})
-        for cid in card_ids:
-            await conn.execute(Q.card_projection_lock, {"card_id": cid})
-        ws = await repository.workspace(conn, workspace)
-        cards = await repository.get_cards(conn, card_ids)
-        gone = [c for c in card_ids if c not in cards]
+        await outbox.lock_for_projection(conn, workspace, card_ids)
+        ws = await workspaces.get(conn, workspace)
+        current = await cards.get_many(conn, card_ids)
+        gone = [c for c in card_ids if c not in current]
         # The privacy filter runs before anything reaches the embedder or the index.
         live: list[Card] = []
         docs: list[tuple[str, dict[str, Any]]] = []
         refused: dict[uuid.UUID, str] = {}
         for cid in card_ids:
-            if cid not in cards:
+            if cid not in current:
                 continue
             try:
-                docs.append(projected_document(cards[cid], privacy))
-                live.append(cards[cid])
+                docs.append(projected_document(current[cid], privacy))
+                live.append(current[cid])
             except PrivacyFilterFailed as exc:
                 refused[cid] = f"{exc.code}: {exc.message}"
         dimension = embedder.dense_dimension()
@@ -200,17 +195,12 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
             await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
         if gone or refused:
             await index.delete(workspace, gone + sorted(refused, key=str))
-        for card in live:
-            cid = uuid.UUID(card.id[4:])
-            await conn.execute(Q.projection_record, {"card_id": cid, "revision": card.revision,
-                                                     "format": repository.PROJECTION_FORMAT})
-            await conn.execute(Q.ops_supersede, {"card_id": cid, "revision": card.revision})
-        for cid in gone:
-            await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})
+        await outbox.record_projections(
+            conn, {uuid.UUID(card.id[4:]): card.revision for card in live})
+        await outbox.complete_for_deleted(conn, gone)
         if refused:
-            await conn.execute(Q.projection_forget, {"ids": sorted(refused, key=str)})
-        await conn.execute(Q.ops_complete, {
-            "ids": [o["id"] for o in ops if o["card_id"] not in refused]})
+            await outbox.forget_projections(conn, sorted(refused, key=str))
+        await outbox.complete(conn, [o["id"] for o in ops if o["card_id"] not in refused])
     report.upserted = len(live)
     report.deleted = len(gone)
     return refused

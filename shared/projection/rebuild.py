@@ -1,5 +1,7 @@
-"""Index rebuild (``memarc index``, DESIGN §3-4): a workspace's projection rebuilt from
-authoritative cards only, into a new collection, then switched in atomically.
+"""Index rebuild (``memarc index``, DESIGN §3-4): a workspace's projection rebuilt from its cards.
+
+The projection is rebuilt from authoritative cards only, into a new collection, then switched in
+atomically.
 
 1. Claim the tracked rebuild (a lease renewed on progress; an expired lease is re-claimed by the
    sweep and the rebuild starts over).
@@ -27,15 +29,14 @@ import uuid
 from typing import Any
 
 import msgspec
-from psycopg.types.json import Jsonb
 
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import build_points
-from shared.store import repository
-from shared.store.database import Database, Q
+from shared.store import activity_log, cards, outbox, rebuilds, workspaces
+from shared.store.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,7 @@ class RebuildSummary(msgspec.Struct):
 
 async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, int]:
     async with db.transaction(workspace, read_only=True) as conn:
-        cur = await conn.execute(Q.card_revisions)
-        return {r["id"]: r["revision"] for r in await cur.fetchall()}
+        return await cards.revisions(conn)
 
 
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
@@ -70,14 +70,14 @@ async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace
                  written: dict[uuid.UUID, int], privacy: PrivacyFilter) -> int:
     """Read ``ids`` now, write them into ``target``; returns how many existed."""
     async with db.transaction(workspace, read_only=True) as conn:
-        cards: dict[uuid.UUID, Card] = await repository.get_cards(conn, ids)
-    live = [cards[i] for i in ids if i in cards]
+        found: dict[uuid.UUID, Card] = await cards.get_many(conn, ids)
+    live = [found[i] for i in ids if i in found]
     if live:
         await index.upsert(workspace, await build_points(embedder, live, language, privacy),
                            collection=target)
         for card in live:
             written[uuid.UUID(card.id[4:])] = card.revision
-    gone = [i for i in ids if i not in cards and i in written]
+    gone = [i for i in ids if i not in found and i in written]
     if gone:
         await index.delete(workspace, gone, collection=target)
         for i in gone:
@@ -100,7 +100,7 @@ async def _release(db: Database, index: IndexEngine, workspace: str, rebuild_id:
         except Exception:  # left for the next rebuild's switch to replace; never fatal here
             log.warning("could not drop the interrupted rebuild's collection %s", target)
     async with db.transaction(workspace) as conn:
-        await conn.execute(Q.rebuild_release, {"id": rebuild_id})
+        await rebuilds.release(conn, rebuild_id)
 
 
 async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
@@ -115,11 +115,10 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
     error) and the new collection is dropped; the workspace keeps its old collection.
     """
     async with db.transaction(workspace) as conn:
-        row = await (await conn.execute(Q.rebuild_claim, {
-            "id": rebuild_id, "lease_seconds": lease_seconds})).fetchone()
+        row = await rebuilds.claim(conn, rebuild_id, lease_seconds)
         if row is None:
             return None
-        ws = await repository.workspace(conn, workspace)
+        ws = await workspaces.get(conn, workspace)
     started = time.perf_counter()
     target: str | None = None
     try:
@@ -132,9 +131,9 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             await _write(db, index, embedder, workspace, ws["language"], target,
                          ids[start:start + BATCH], written, privacy)
             async with db.transaction(workspace) as conn:
-                await conn.execute(Q.rebuild_progress, {
-                    "id": rebuild_id, "done": min(start + BATCH, len(ids)), "total": len(ids),
-                    "collection": target, "lease_seconds": lease_seconds})
+                await rebuilds.progress(conn, rebuild_id, done=min(start + BATCH, len(ids)),
+                                        total=len(ids), collection=target,
+                                        lease_seconds=lease_seconds)
         optimized = False
         if len(ids) >= optimize_min_cards:
             optimized = await index.optimize_collection(target)
@@ -150,32 +149,24 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
 
         old_ids = set((await index.scroll_ids(workspace)).keys())
         async with db.transaction(workspace) as conn:
-            await conn.execute(Q.projection_lock_exclusive, {"workspace": workspace})
-            cur = await conn.execute(Q.card_revisions)
-            current = {r["id"]: r["revision"] for r in await cur.fetchall()}
+            await outbox.lock_projections_exclusive(conn, workspace)
+            current = await cards.revisions(conn)
             pending = _diff(current, written)
             caught_up += len(pending)
             for start in range(0, len(pending), BATCH):
                 await _write(db, index, embedder, workspace, ws["language"], target,
                              pending[start:start + BATCH], written, privacy)
             replaced = await index.switch_collection(workspace, target)
-            async with conn.cursor() as c:
-                await c.executemany(Q.projection_record, [
-                    {"card_id": i, "revision": rev, "format": repository.PROJECTION_FORMAT}
-                    for i, rev in written.items()])
-                await c.executemany(Q.ops_supersede, [
-                    {"card_id": i, "revision": rev} for i, rev in written.items()])
-            await conn.execute(Q.ops_complete_deletes)
+            await outbox.record_projections(conn, written)
+            await outbox.complete_deletes(conn)
             summary = RebuildSummary(
                 cards=len(current), written=len(written), caught_up=caught_up,
                 removed_points=len(old_ids - set(current)), collection=target, replaced=replaced,
                 seconds=round(time.perf_counter() - started, 2), optimized=optimized)
-            row = await (await conn.execute(Q.rebuild_finish, {
-                "id": rebuild_id, "status": "done", "error": None,
-                "summary": Jsonb(msgspec.to_builtins(summary))})).fetchone()
-            await repository.record_activity(conn, workspace, actor=row["requested_by"],
-                                             verb="index", outcome="ok",
-                                             detail=msgspec.to_builtins(summary))
+            row = await rebuilds.finish(conn, rebuild_id, status="done",
+                                        summary=msgspec.to_builtins(summary))
+            await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
+                                      outcome="ok", detail=msgspec.to_builtins(summary))
         return row
     except asyncio.CancelledError:
         # a graceful stop (or a job timeout): give the rebuild back to the queue at once instead
@@ -192,10 +183,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             except Exception:  # the engine may be the thing that failed; the rebuild is failed anyway
                 log.warning("could not drop abandoned collection %s", target)
         async with db.transaction(workspace) as conn:
-            row = await (await conn.execute(Q.rebuild_finish, {
-                "id": rebuild_id, "status": "failed", "error": message[:2000],
-                "summary": None})).fetchone()
-            await repository.record_activity(conn, workspace, actor=row["requested_by"],
-                                             verb="index", outcome="failed",
-                                             detail={"error": message[:500]})
+            row = await rebuilds.finish(conn, rebuild_id, status="failed", error=message[:2000])
+            await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
+                                      outcome="failed", detail={"error": message[:500]})
         return row

@@ -1,4 +1,4 @@
-"""Audit of a workspace's projection against PostgreSQL, point by point (``memarc audit``).
+"""Reconciliation audit: a workspace's index against PostgreSQL, point by point (``memarc audit``).
 
 Categories (each a list of card ids):
 
@@ -19,10 +19,11 @@ from typing import Any
 
 import msgspec
 
+from shared import models
 from shared.index.engine import IndexEngine
 from shared.models import card_id_str
-from shared.store import repository
-from shared.store.database import Database, Q
+from shared.store import activity_log, outbox, workspaces
+from shared.store.database import Database
 
 
 class AuditReport(msgspec.Struct):
@@ -49,10 +50,10 @@ async def audit(db: Database, index: IndexEngine, workspace: str, *, repair: boo
     """
     points = await index.scroll_ids(workspace)
     async with db.transaction(workspace, read_only=True) as conn:
-        await repository.workspace(conn, workspace)
-        rows = await (await conn.execute(Q.audit_cards)).fetchall()
-        open_deletes = {r["card_id"] for r in await (await conn.execute(Q.audit_open_deletes)).fetchall()}
-    fmt = repository.PROJECTION_FORMAT
+        await workspaces.get(conn, workspace)
+        rows = await outbox.card_projections(conn)
+        open_deletes = await outbox.open_deletions(conn)
+    fmt = models.PROJECTION_FORMAT
     cards = {r["id"]: r for r in rows}
     missing, stale, pending, current = [], [], 0, 0
     for cid, r in cards.items():
@@ -84,12 +85,12 @@ async def audit(db: Database, index: IndexEngine, workspace: str, *, repair: boo
         async with db.transaction(workspace, lock="exclusive") as conn:
             for cid in missing + stale:
                 if cid in cards:
-                    queued.append(await repository.insert_op(conn, workspace, cid, "upsert",
-                                                             cards[cid]["revision"]))
+                    queued.append(await outbox.insert(conn, workspace, cid, "upsert",
+                                                      cards[cid]["revision"]))
             for pid in orphan + misplaced:
-                queued.append(await repository.insert_op(conn, workspace, pid, "delete", None))
-            await repository.record_activity(conn, workspace, actor=actor, verb="audit-repair",
-                                             outcome="ok", detail={"queued": len(queued)})
+                queued.append(await outbox.insert(conn, workspace, pid, "delete", None))
+            await activity_log.record(conn, workspace, actor=actor, verb="audit-repair",
+                                      outcome="ok", detail={"queued": len(queued)})
         report.repaired = True
         report.queued = queued
     return report

@@ -1,1 +1,4 @@
-"""Verified recall: hybrid search, verification in PostgreSQL, link expansion, ranking."""
+"""Verified recall: the flow, rank fusion, link expansion, and what makes a card eligible.
+
+``verified.py`` (the flow), ``fusion.py``, ``expansion.py``, ``eligibility.py``.
+"""

@@ -1,2 +1,10 @@
-"""The store: PostgreSQL, the single source of truth. The pool and workspace transactions, the
-named queries, the migrations runner, bootstrap, and every read and write of the archive tables."""
+"""The store: PostgreSQL, the single source of truth, and the only layer that runs SQL.
+
+``database.py`` (pool, workspace transactions, the named-query loader ``Q`` over
+``queries.sql``), ``migrations.py``, ``bootstrap.py`` (migrator credentials), and the reads and
+writes of the runtime by what they hold: ``workspaces.py``, ``cards.py`` (cards, dependencies,
+links), ``listing.py`` (the list query, facets, text search), ``outbox.py`` (projection
+operations, recorded projections, projection locks), ``rebuilds.py`` (tracked index rebuilds),
+``verification.py`` (recall's verification rows), ``activity_log.py``, ``tokens.py``
+(authentication's look-up).
+"""

@@ -7,7 +7,8 @@ workspace are serialised by a transaction-scoped advisory lock keyed by the work
 take the same lock in shared mode (DESIGN §3, §5).
 
 Runtime SQL lives in ``shared/store/queries.sql`` under ``-- name: <query>`` headers and is referred
-to by name (``Q.card_get``).
+to by name (``Q.cards_get``), only from the store modules beside this one
+(``tests/test_store_queries.py`` checks it).
 """
 
 from __future__ import annotations

@@ -1,24 +1,33 @@
--- Runtime queries of the memory archive, referred to by name from shared/ (db.Q.<name>).
+-- Runtime queries of the memory archive, by name (Q.<name>). Only the store modules under
+-- shared/store/ run them; each section names the module that does.
 -- Every query runs inside Database.transaction(): role and workspace (RLS) are already set.
 
--- The workspace advisory lock, as expressions for the one-statement transaction set-up in db.py.
+-- ==== transactions (shared/store/database.py) ====
+-- The workspace advisory lock, as expressions for the one-statement transaction set-up.
 -- name: workspace_lock_expr
 pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0))
 
 -- name: workspace_lock_shared_expr
 pg_advisory_xact_lock_shared(hashtextextended('memarc.workspace:' || %(workspace)s, 0))
 
--- name: card_projection_lock
-SELECT pg_advisory_xact_lock(hashtextextended('memarc.card:' || %(card_id)s::text, 0));
-
+-- ==== workspaces (shared/store/workspaces.py) ====
 -- name: workspace_get
 SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
 
+-- name: workspace_list
+SELECT id, language, created_at FROM workspace_list();
+
+-- ==== cards, dependencies, links (shared/store/cards.py) ====
 -- name: card_insert
 INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
 VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
         %(concepts)s, %(content)s)
 RETURNING revision;
+
+-- name: card_insert_noreturn
+INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
+VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
+        %(concepts)s, %(content)s);
 
 -- name: card_update
 UPDATE cards
@@ -38,6 +47,9 @@ DELETE FROM cards WHERE id = %(id)s RETURNING id;
 
 -- name: card_ids_existing
 SELECT id FROM cards WHERE id = ANY(%(ids)s);
+
+-- name: card_revisions
+SELECT id, revision FROM cards ORDER BY id;
 
 -- name: dependencies_delete
 DELETE FROM card_dependencies WHERE card_id = %(card_id)s;
@@ -79,6 +91,16 @@ FROM card_links l JOIN cards c ON c.id = l.source_id
 WHERE l.target_id = %(card_id)s
 ORDER BY l.source_id;
 
+-- name: family_counts
+SELECT family, count(*) AS n FROM cards GROUP BY family ORDER BY family;
+
+-- ==== listing (shared/store/listing.py; the rest of a listing is composed there) ====
+-- name: card_text_matches
+-- Cards of the workspace whose title or content contains an (escaped) ILIKE pattern; see
+-- migration 004 for why this is a function.
+SELECT card_text_matches(%(pattern)s) AS id;
+
+-- ==== recall verification (shared/store/verification.py) ====
 -- name: recall_candidates
 -- Verification rows for index hits: what the filters and the projection check need, and the
 -- first %(per_card)s outgoing link targets in target-id order for expansion (DESIGN §5.3).
@@ -93,9 +115,19 @@ FROM cards c
 LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = ANY(%(ids)s);
 
+-- ==== the outbox: projection operations, recorded projections, projection locks
+-- (shared/store/outbox.py) ====
 -- name: op_insert
 INSERT INTO projection_ops (workspace_id, card_id, op, revision)
 VALUES (%(workspace)s, %(card_id)s, %(op)s, %(revision)s)
+RETURNING id;
+
+-- name: ops_insert_bulk
+-- One upsert operation per new card (bulk import), at the cards' current revision.
+INSERT INTO projection_ops (workspace_id, card_id, op, revision)
+SELECT %(workspace)s, c.id, 'upsert', c.revision
+FROM cards c WHERE c.id = ANY(%(ids)s)
+ORDER BY c.id
 RETURNING id;
 
 -- name: ops_claim
@@ -139,6 +171,12 @@ SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending'
     last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
 WHERE id = ANY(%(ids)s) AND status = 'running';
 
+-- name: ops_complete_deletes
+-- A rebuilt collection holds current cards only: every open deletion is satisfied.
+UPDATE projection_ops
+SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
+WHERE op = 'delete' AND status IN ('pending', 'failed');
+
 -- name: ops_open_for_sweep
 SELECT id FROM projection_ops
 WHERE workspace_id = %(workspace)s
@@ -171,6 +209,16 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: ops_pending_count
 SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
 
+-- name: ops_pending_list_for_card
+SELECT id, op, revision, status, attempts, last_error, created_at,
+       extract(epoch FROM now() - created_at)::float8 AS age_seconds
+FROM projection_ops
+WHERE card_id = %(card_id)s AND status <> 'done'
+ORDER BY id;
+
+-- name: sweep_workspaces
+SELECT workspace_id FROM workspaces_with_open_ops();
+
 -- name: projection_record
 -- Record the valid projection only if the card still has the revision that was projected.
 INSERT INTO projections (workspace_id, card_id, revision, format, projected_at)
@@ -195,72 +243,6 @@ SELECT count(*) AS cards,
        count(*) FILTER (WHERE p.revision = c.revision AND p.format = %(format)s) AS current
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
 
--- name: card_text_matches
--- Cards of the workspace whose title or content contains an (escaped) ILIKE pattern; see
--- migration 004 for why this is a function.
-SELECT card_text_matches(%(pattern)s) AS id;
-
--- name: family_counts
-SELECT family, count(*) AS n FROM cards GROUP BY family ORDER BY family;
-
--- name: activity_insert
-INSERT INTO activity (workspace_id, actor, verb, card_id, outcome, detail)
-VALUES (%(workspace)s, %(actor)s, %(verb)s, %(card_id)s, %(outcome)s, %(detail)s);
-
--- name: token_authenticate
-SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
-FROM authenticate_token(%(digest)s);
-
--- name: token_touch
-SELECT touch_token(%(token_id)s);
-
--- name: card_insert_noreturn
-INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
-VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
-        %(concepts)s, %(content)s);
-
--- name: ops_insert_bulk
--- One upsert operation per new card (bulk import), at the cards' current revision.
-INSERT INTO projection_ops (workspace_id, card_id, op, revision)
-SELECT %(workspace)s, c.id, 'upsert', c.revision
-FROM cards c WHERE c.id = ANY(%(ids)s)
-ORDER BY c.id
-RETURNING id;
-
--- name: ops_pending_list_for_card
-SELECT id, op, revision, status, attempts, last_error, created_at,
-       extract(epoch FROM now() - created_at)::float8 AS age_seconds
-FROM projection_ops
-WHERE card_id = %(card_id)s AND status <> 'done'
-ORDER BY id;
-
--- Bootstrap statements: run with the migrator credentials as role memarc_migrator.
-
--- name: bootstrap_workspace_insert
-INSERT INTO workspaces (id, language) VALUES (%(workspace)s, %(language)s)
-ON CONFLICT (id) DO NOTHING
-RETURNING id, language, created_at;
-
--- name: bootstrap_workspace_get
-SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
-
--- name: bootstrap_token_insert
-INSERT INTO api_tokens (id, workspace_id, token_hash, permissions, database_name, schema_name,
-                        label, expires_at)
-VALUES (%(id)s, %(workspace)s, %(digest)s, %(permissions)s, %(database)s, %(schema)s,
-        %(label)s, %(expires_at)s);
-
--- name: bootstrap_token_revoke
-UPDATE api_tokens SET revoked_at = now()
-WHERE id = %(id)s AND revoked_at IS NULL
-RETURNING id, workspace_id;
-
--- name: bootstrap_token_revoke_labelled
--- Revoke the active tokens of a workspace carrying a label (a process's own previous tokens).
-UPDATE api_tokens SET revoked_at = now()
-WHERE workspace_id = %(workspace)s AND label = %(label)s AND revoked_at IS NULL
-RETURNING id;
-
 -- name: projection_format_latest
 SELECT max(format) AS format FROM projection_formats;
 
@@ -271,15 +253,21 @@ SELECT pg_advisory_xact_lock_shared(hashtextextended('memarc.projection:' || %(w
 -- name: projection_lock_exclusive
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.projection:' || %(workspace)s, 0));
 
--- name: card_revisions
-SELECT id, revision FROM cards ORDER BY id;
+-- name: card_projection_lock
+SELECT pg_advisory_xact_lock(hashtextextended('memarc.card:' || %(card_id)s::text, 0));
 
--- name: ops_complete_deletes
--- A rebuilt collection holds current cards only: every open deletion is satisfied.
-UPDATE projection_ops
-SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
-WHERE op = 'delete' AND status IN ('pending', 'failed');
+-- name: audit_cards
+-- Every card with its recorded projection and whether an operation is still open for it.
+SELECT c.id, c.revision, p.revision AS projected_revision, p.format AS projected_format,
+       EXISTS (SELECT 1 FROM projection_ops o
+               WHERE o.card_id = c.id AND o.status IN ('pending', 'running')) AS has_open_op
+FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
 
+-- name: audit_open_deletes
+SELECT DISTINCT card_id FROM projection_ops
+WHERE op = 'delete' AND status IN ('pending', 'running');
+
+-- ==== tracked index rebuilds (shared/store/rebuilds.py) ====
 -- name: rebuild_insert
 INSERT INTO index_rebuilds (id, workspace_id, requested_by)
 VALUES (%(id)s, %(workspace)s, %(actor)s)
@@ -317,22 +305,65 @@ SELECT * FROM index_rebuilds WHERE id = %(id)s;
 -- name: rebuild_latest
 SELECT * FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
 
--- name: sweep_workspaces
-SELECT workspace_id FROM workspaces_with_open_ops();
-
 -- name: sweep_rebuilds
 SELECT workspace_id, rebuild_id FROM workspaces_with_open_rebuilds();
 
--- name: audit_cards
--- Every card with its recorded projection and whether an operation is still open for it.
-SELECT c.id, c.revision, p.revision AS projected_revision, p.format AS projected_format,
-       EXISTS (SELECT 1 FROM projection_ops o
-               WHERE o.card_id = c.id AND o.status IN ('pending', 'running')) AS has_open_op
-FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
+-- ==== activity log (shared/store/activity_log.py) ====
+-- name: activity_insert
+INSERT INTO activity (workspace_id, actor, verb, card_id, outcome, detail)
+VALUES (%(workspace)s, %(actor)s, %(verb)s, %(card_id)s, %(outcome)s, %(detail)s);
 
--- name: audit_open_deletes
-SELECT DISTINCT card_id FROM projection_ops
-WHERE op = 'delete' AND status IN ('pending', 'running');
+-- name: activity_list
+SELECT a.id, a.at, a.actor, a.verb,
+       CASE WHEN a.card_id IS NULL THEN NULL ELSE 'mem-' || a.card_id::text END AS card_id,
+       a.outcome, a.detail
+FROM activity a
+WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
+  AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
+  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%')
+ORDER BY a.at DESC, a.id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: activity_count
+SELECT count(*) AS n FROM activity a
+WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
+  AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
+  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%');
+
+-- ==== API tokens (shared/store/tokens.py) ====
+-- name: token_authenticate
+SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
+FROM authenticate_token(%(digest)s);
+
+-- name: token_touch
+SELECT touch_token(%(token_id)s);
+
+-- ==== bootstrap (shared/store/bootstrap.py) ====
+-- Run with the migrator credentials as role memarc_migrator.
+-- name: bootstrap_workspace_insert
+INSERT INTO workspaces (id, language) VALUES (%(workspace)s, %(language)s)
+ON CONFLICT (id) DO NOTHING
+RETURNING id, language, created_at;
+
+-- name: bootstrap_workspace_get
+SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
+
+-- name: bootstrap_token_insert
+INSERT INTO api_tokens (id, workspace_id, token_hash, permissions, database_name, schema_name,
+                        label, expires_at)
+VALUES (%(id)s, %(workspace)s, %(digest)s, %(permissions)s, %(database)s, %(schema)s,
+        %(label)s, %(expires_at)s);
+
+-- name: bootstrap_token_revoke
+UPDATE api_tokens SET revoked_at = now()
+WHERE id = %(id)s AND revoked_at IS NULL
+RETURNING id, workspace_id;
+
+-- name: bootstrap_token_revoke_labelled
+-- Revoke the active tokens of a workspace carrying a label (a process's own previous tokens).
+UPDATE api_tokens SET revoked_at = now()
+WHERE workspace_id = %(workspace)s AND label = %(label)s AND revoked_at IS NULL
+RETURNING id;
 
 -- ==== workflow (issue 6) ====
 -- Session proposals, review receipts, solved-index and physical schema-change cleanup
@@ -423,25 +454,3 @@ WHERE d.database_name = %(database)s AND d.schema_name = %(schema)s
        OR EXISTS (SELECT 1 FROM unnest(%(col_tables)s::text[], %(col_names)s::text[]) AS r(t, c)
                   WHERE d.table_name = r.t AND d.column_name = r.c))
 ORDER BY d.card_id;
-
--- ==== activity (issue 8) ====
-
--- name: activity_list
-SELECT a.id, a.at, a.actor, a.verb,
-       CASE WHEN a.card_id IS NULL THEN NULL ELSE 'mem-' || a.card_id::text END AS card_id,
-       a.outcome, a.detail
-FROM activity a
-WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
-  AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
-  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%')
-ORDER BY a.at DESC, a.id DESC
-LIMIT %(limit)s OFFSET %(offset)s;
-
--- name: activity_count
-SELECT count(*) AS n FROM activity a
-WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
-  AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
-  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%');
-
--- name: workspace_list
-SELECT id, language, created_at FROM workspace_list();

@@ -1,0 +1,114 @@
+"""Link expansion from verified seeds along outgoing links (DESIGN §5 step 3).
+
+At most ``MAX_HOPS`` hops, ``LINKS_PER_CARD`` links per card in target-id order, ``MAX_LOOKUPS``
+card look-ups and ``MAX_LINKS`` links in total; every destination and intermediate card must
+itself be eligible. A reached card's contribution is its strongest single path's
+``seed score × HOP_DECAY^hops``. Pure: the links and rows are read through the callables given.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from shared.index.engine import IndexFilter
+from shared.recall.eligibility import CandidateRow, eligible
+
+MAX_HOPS = 2
+LINKS_PER_CARD = 20
+MAX_LOOKUPS = 200
+MAX_LINKS = 400
+HOP_DECAY = 0.5
+
+
+@dataclass
+class Expansion:
+    """Result of link expansion: best linked contribution and path per reached card, and the
+    budgets actually used."""
+
+    contribution: dict[uuid.UUID, float] = field(default_factory=dict)
+    path: dict[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
+    links_inspected: int = 0
+    lookups: int = 0
+
+
+LinkReader = Callable[[list[uuid.UUID]], Awaitable[dict[uuid.UUID, list[uuid.UUID]]]]
+RowReader = Callable[[list[uuid.UUID]], Awaitable[dict[uuid.UUID, CandidateRow]]]
+
+
+async def expand_links(seeds: list[tuple[uuid.UUID, float]], known: dict[uuid.UUID, CandidateRow],
+                       flt: IndexFilter, read_links: LinkReader, read_rows: RowReader, *,
+                       max_hops: int = MAX_HOPS, links_per_card: int = LINKS_PER_CARD,
+                       max_lookups: int = MAX_LOOKUPS, max_links: int = MAX_LINKS,
+                       decay: float = HOP_DECAY) -> Expansion:
+    """Expand from verified seeds along outgoing links (DESIGN §5 step 3).
+
+    :param seeds: verified seeds as ``(id, direct score)`` in seed-rank order.
+    :param known: rows already read (the seeds' own verification rows); not counted as look-ups.
+    :param read_links: returns, per source, its outgoing targets in target-id order (at least
+        ``links_per_card`` of them when it has that many).
+    :param read_rows: returns verification rows for ids (missing cards absent).
+
+    Links are read per source card in a stable order (seeds by rank, then hop-1 cards by their
+    best contribution and id); every link read counts toward ``max_links`` whether or not its
+    target is eligible; every card fetched that was not already known counts toward
+    ``max_lookups``. A card is reached only along simple paths whose every card is eligible. A
+    card's contribution is the strongest single path's ``seed score × decay^hops``; equal
+    contributions keep the lexicographically smallest path (by id text).
+    """
+    out = Expansion()
+    rows: dict[uuid.UUID, CandidateRow | None] = dict(known)
+    # paths at the current hop: (path, contribution), in processing order
+    frontier: list[tuple[tuple[uuid.UUID, ...], float]] = [((sid, ), score) for sid, score in seeds]
+    for hop in range(1, max_hops + 1):
+        sources: list[uuid.UUID] = []
+        for path, _ in frontier:
+            if path[-1] not in sources:
+                sources.append(path[-1])
+        if not sources or out.links_inspected >= max_links:
+            break
+        links = await read_links(sources)
+        # inspect links source by source, within the link budget
+        inspected: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for src in sources:
+            targets = links.get(src, [])[:links_per_card]
+            room = max_links - out.links_inspected
+            if room <= 0:
+                break
+            take = targets[:room]
+            out.links_inspected += len(take)
+            inspected[src] = take
+        # look up unknown targets in order, within the look-up budget
+        wanted: list[uuid.UUID] = []
+        for src in inspected:
+            for t in inspected[src]:
+                if t not in rows and t not in wanted:
+                    wanted.append(t)
+        room = max(0, max_lookups - out.lookups)
+        fetch, skipped = wanted[:room], set(wanted[room:])
+        if fetch:
+            found = await read_rows(fetch)
+            out.lookups += len(fetch)
+            for t in fetch:
+                rows[t] = found.get(t)
+        next_frontier: dict[tuple[uuid.UUID, ...], float] = {}
+        for path, score in frontier:
+            src = path[-1]
+            for t in inspected.get(src, []):
+                if t in path or t in skipped or not eligible(rows.get(t), flt):
+                    continue
+                new_path = path + (t,)
+                contribution = score * decay  # score already carries decay^(hop-1)
+                next_frontier[new_path] = contribution
+                best = out.contribution.get(t)
+                if (best is None or contribution > best
+                        or (contribution == best and _path_key(new_path) < _path_key(out.path[t]))):
+                    out.contribution[t] = contribution
+                    out.path[t] = new_path
+        frontier = sorted(next_frontier.items(), key=lambda item: (-item[1], _path_key(item[0])))
+    return out
+
+
+def _path_key(path: Iterable[uuid.UUID]) -> tuple[str, ...]:
+    return tuple(str(p) for p in path)

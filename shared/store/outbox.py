@@ -1,0 +1,198 @@
+"""The projection outbox: projection operations, recorded projections, projection locks.
+
+An operation (``projection_ops``) asks for a card's point to be upserted or deleted; a recorded
+projection (``projections``) says which revision and format the index holds for a card (DESIGN
+§3, §4). Functions run on a connection from :meth:`shared.store.database.Database.transaction`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from shared import models
+from shared.errors import SchemaOutdated
+from shared.store.database import Database, Q
+
+# ---- the code's projection format against the database's ----
+
+
+async def check_projection_format(db: Database) -> None:
+    """Refuse to run when this code's projection format is not recorded in the database.
+
+    :raises SchemaOutdated: the migration recording ``models.PROJECTION_FORMAT`` was not applied.
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+    """
+    async with db.transaction(None, read_only=True) as conn:
+        row = await (await conn.execute(Q.projection_format_latest)).fetchone()
+    recorded = row["format"] if row else None
+    if recorded != models.PROJECTION_FORMAT:
+        raise SchemaOutdated(
+            f"this code projects format {models.PROJECTION_FORMAT} but the database records "
+            f"format {recorded}: run `memarc migrate` (a format change ships with its migration)")
+
+
+# ---- operations ----
+
+
+async def insert(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID, op: str,
+                 revision: int | None) -> int:
+    """Queue a projection operation (``op``: ``upsert`` at ``revision``, or ``delete`` with
+    ``revision`` None); returns its id."""
+    cur = await conn.execute(Q.op_insert, {"workspace": workspace_id, "card_id": card_uuid,
+                                           "op": op, "revision": revision})
+    return (await cur.fetchone())["id"]
+
+
+async def insert_upserts(conn: AsyncConnection, workspace_id: str,
+                         card_ids: list[uuid.UUID]) -> list[int]:
+    """Queue one upsert per card at its current revision (a bulk import), in card-id order;
+    returns the operation ids."""
+    cur = await conn.execute(Q.ops_insert_bulk, {"workspace": workspace_id, "ids": card_ids})
+    return [r["id"] for r in await cur.fetchall()]
+
+
+async def lease(conn: AsyncConnection, workspace_id: str, op_id: int | None, *, batch: bool,
+                limit: int, lease_seconds: int) -> list[dict[str, Any]]:
+    """Lease claimable operations of a workspace (pending, or running with an expired lease):
+    ``op_id`` first, and with ``batch`` up to ``limit`` in all, skipping rows another worker is
+    claiming. Each is marked running for ``lease_seconds`` with one more attempt.
+
+    :returns: ``[{id, card_id, op, revision, attempts}]``.
+    """
+    cur = await conn.execute(Q.ops_claim, {
+        "workspace": workspace_id, "op_id": op_id if op_id is not None else -1, "batch": batch,
+        "limit": limit, "lease_seconds": lease_seconds})
+    return await cur.fetchall()
+
+
+async def fail(conn: AsyncConnection, op_ids: list[int], error: str, max_attempts: int) -> None:
+    """Give leased operations back with ``error`` (its first 2,000 characters): ``pending``
+    again, or ``failed`` once they have had ``max_attempts`` attempts."""
+    await conn.execute(Q.ops_fail, {"ids": op_ids, "error": error[:2000],
+                                    "max_attempts": max_attempts})
+
+
+async def complete(conn: AsyncConnection, op_ids: list[int]) -> None:
+    """Mark operations done."""
+    await conn.execute(Q.ops_complete, {"ids": op_ids})
+
+
+async def complete_for_deleted(conn: AsyncConnection, card_ids: Iterable[uuid.UUID]) -> None:
+    """Complete every open operation of cards that are gone (their points were deleted)."""
+    for cid in card_ids:
+        await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})
+
+
+async def complete_deletes(conn: AsyncConnection) -> None:
+    """Complete every open deletion (a rebuilt collection holds current cards only)."""
+    await conn.execute(Q.ops_complete_deletes)
+
+
+async def reset_for_retry(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int]:
+    """Put a card's failed and pending operations back to ``pending``; returns their ids."""
+    cur = await conn.execute(Q.ops_reset_for_retry, {"card_id": card_uuid})
+    return [r["id"] for r in await cur.fetchall()]
+
+
+async def open_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int]:
+    """Ids of a card's operations that are not done, oldest first."""
+    cur = await conn.execute(Q.ops_open_for_card, {"card_id": card_uuid})
+    return [r["id"] for r in await cur.fetchall()]
+
+
+async def open_for_sweep(conn: AsyncConnection, workspace_id: str, limit: int) -> list[int]:
+    """Ids of at most ``limit`` claimable operations of a workspace (pending, or running with an
+    expired lease), oldest first."""
+    cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": workspace_id, "limit": limit})
+    return [r["id"] for r in await cur.fetchall()]
+
+
+async def workspaces_with_open_operations(conn: AsyncConnection) -> list[str]:
+    """Workspaces with a claimable operation, across workspaces (a definer function)."""
+    cur = await conn.execute(Q.sweep_workspaces)
+    return [r["workspace_id"] for r in await cur.fetchall()]
+
+
+async def pending(conn: AsyncConnection, limit: int = 100,
+                  offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Incomplete operations (pending, running, failed) of the workspace, oldest first, with
+    card title and age in seconds, and their total count."""
+    cur = await conn.execute(Q.ops_pending_list, {"limit": limit, "offset": offset})
+    rows = await cur.fetchall()
+    total = (await (await conn.execute(Q.ops_pending_count)).fetchone())["n"]
+    return rows, total
+
+
+async def pending_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[dict[str, Any]]:
+    """A card's incomplete operations ``{id, op, revision, status, attempts, last_error,
+    created_at, age_seconds}``, oldest first."""
+    cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": card_uuid})
+    return await cur.fetchall()
+
+
+async def open_deletions(conn: AsyncConnection) -> set[uuid.UUID]:
+    """Card ids with a pending or running deletion."""
+    cur = await conn.execute(Q.audit_open_deletes)
+    return {r["card_id"] for r in await cur.fetchall()}
+
+
+# ---- recorded projections ----
+
+
+async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID, int]) -> None:
+    """Record the valid projection of each card at the revision written to the index (in the
+    current format; skipped for a card whose revision has moved on since), and complete the
+    card's open upserts at or below that revision."""
+    if not revisions:
+        return
+    async with conn.cursor() as cur:
+        await cur.executemany(Q.projection_record, [
+            {"card_id": cid, "revision": rev, "format": models.PROJECTION_FORMAT}
+            for cid, rev in revisions.items()])
+        await cur.executemany(Q.ops_supersede, [
+            {"card_id": cid, "revision": rev} for cid, rev in revisions.items()])
+
+
+async def forget_projections(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> None:
+    """Drop the recorded projections of cards whose points were removed."""
+    await conn.execute(Q.projection_forget, {"ids": card_ids})
+
+
+async def projection_state(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, Any] | None:
+    """``{revision, projected_revision, projected_format}`` of a card, or None when it is gone."""
+    return await (await conn.execute(Q.projection_state, {"card_id": card_uuid})).fetchone()
+
+
+async def projection_counts(conn: AsyncConnection) -> dict[str, int]:
+    """``{cards, current}``: how many cards the workspace has and how many are projected."""
+    return await (await conn.execute(Q.projection_counts,
+                                     {"format": models.PROJECTION_FORMAT})).fetchone()
+
+
+async def card_projections(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """Every card ``{id, revision, projected_revision, projected_format, has_open_op}``: its
+    recorded projection and whether a pending or running operation is open for it."""
+    return await (await conn.execute(Q.audit_cards)).fetchall()
+
+
+# ---- projection locks (transaction-scoped advisory locks) ----
+
+
+async def lock_for_projection(conn: AsyncConnection, workspace_id: str,
+                              card_ids: list[uuid.UUID]) -> None:
+    """What a projection job holds while it projects ``card_ids``: the workspace's projection
+    lock in shared mode (a rebuild's switch waits for it) and each card's lock, taken in the
+    order given (pass them sorted: two jobs then never deadlock)."""
+    await conn.execute(Q.projection_lock_shared, {"workspace": workspace_id})
+    for cid in card_ids:
+        await conn.execute(Q.card_projection_lock, {"card_id": cid})
+
+
+async def lock_projections_exclusive(conn: AsyncConnection, workspace_id: str) -> None:
+    """The workspace's projection lock, exclusively: no projection job is in flight until the
+    transaction ends (a rebuild's switch)."""
+    await conn.execute(Q.projection_lock_exclusive, {"workspace": workspace_id})
