@@ -22,8 +22,9 @@ from shared.auth import PERMISSIONS, Principal
 from shared.errors import Forbidden, NotFound
 from shared.models import CardWrite, SearchRequest
 from shared.store.repository import ListQuery
-from shared.workflow.proposals import ProposeRequest, ReviewRequest, Workflow
+from shared.workflow.requests import ProposeRequest, ReviewRequest
 from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChanges
+from shared.workflow.sessions import Workflow
 from writer.app import create_app
 from writer.auth import authorize
 from writer.cli import COMMANDS, main

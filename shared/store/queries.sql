@@ -336,7 +336,7 @@ WHERE op = 'delete' AND status IN ('pending', 'running');
 
 -- ==== workflow (issue 6) ====
 -- Session proposals, review receipts, solved-index and physical schema-change cleanup
--- (DESIGN §6, §7); used by shared/workflow/proposals.py and shared/workflow/schema_changes.py.
+-- (DESIGN §6, §7); used by shared/store/workflow.py and shared/store/schema_changes.py.
 
 -- name: wf_proposals_for_session
 SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at
