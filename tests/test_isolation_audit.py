@@ -22,7 +22,7 @@ from shared.auth import PERMISSIONS, Principal
 from shared.errors import Forbidden, NotFound
 from shared.models import CardWrite, SearchRequest
 from shared.store.listing import ListQuery
-from shared.workflow.proposals import ProposeRequest, ReviewRequest
+from shared.workflow.requests import ProposeRequest, ReviewRequest
 from shared.workflow.schema_changes import SchemaChangeRequest
 from writer.app import create_app
 from writer.auth import authorize

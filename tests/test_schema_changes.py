@@ -157,7 +157,7 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
 
 KILLED = r"""
 import asyncio, json, os, sys
-from shared.store import repository
+from shared.store import cards
 from shared.workflow import schema_changes
 from shared.auth import Principal
 from shared.store.database import Database
@@ -166,14 +166,14 @@ from shared.projection.queue import ProjectionQueue
 async def main():
     db = Database(os.environ["TEST_DB_URL"], "memory")
     await db.open()
-    real = repository.delete_card
+    real = cards.delete
 
     async def delete_then_hang(conn, card_uuid):
         await real(conn, card_uuid)
         print("deleting", flush=True)
         await asyncio.sleep(3600)  # killed here, inside the deletion transaction
 
-    repository.delete_card = delete_then_hang
+    cards.delete = delete_then_hang
     principal = Principal(workspace="acme", permissions=frozenset({"memory.schema"}),
                           actor="test:killed")
     request = schema_changes.SchemaChangeRequest(**json.loads(os.environ["TEST_RUN"]))

@@ -1,10 +1,11 @@
-"""Workflow routes of the writer (DESIGN §6, §7): session proposals, summary, review and
-solved-index (``memory.review``); physical schema-change cleanup (``memory.schema``).
+"""The writer's workflow routes (DESIGN §6, §7): sessions (memory.review), schema changes.
 
-Handlers parse, call :mod:`shared.workflow.proposals` / :mod:`shared.workflow.schema_changes`, return. Errors are the
-shared ones, turned into problem details by the app's exception handlers. An idempotent replay
-(a review id or a schema-change run id delivered again) answers the stored result unchanged, with
-the header ``Idempotent-Replayed: true``.
+Session proposals, summary, review and solved-index need ``memory.review``; physical schema-change
+cleanup needs ``memory.schema``. Handlers parse, call :mod:`shared.workflow.sessions` /
+:mod:`shared.workflow.schema_changes`, return. Errors are the shared ones, turned into problem
+details by the app's exception handlers. An idempotent replay (a review id or a schema-change run
+id delivered again) answers the stored result unchanged, with the header
+``Idempotent-Replayed: true``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody, Parameter
 
 from shared.auth import Principal
-from shared.workflow.proposals import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
-                                       SolvedIndexResult, Summary, Workflow)
+from shared.workflow.requests import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
+                                      SolvedIndexResult, Summary)
 from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
+from shared.workflow.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.problems import PROBLEM_RESPONSES
 

@@ -37,7 +37,7 @@ from shared.recall.verified import recall
 from shared.store import activity_log, cards, listing, outbox, rebuilds, workspaces
 from shared.store.database import Database
 from shared.store.listing import ListQuery
-from shared.workflow.proposals import Workflow
+from shared.workflow.sessions import Workflow
 from shared.workflow.schema_changes import SchemaChanges
 
 log = logging.getLogger(__name__)

@@ -367,7 +367,7 @@ RETURNING id;
 
 -- ==== workflow (issue 6) ====
 -- Session proposals, review receipts, solved-index and physical schema-change cleanup
--- (DESIGN §6, §7); used by shared/workflow/proposals.py and shared/workflow/schema_changes.py.
+-- (DESIGN §6, §7); used by shared/store/workflow.py and shared/store/schema_changes.py.
 
 -- name: wf_proposals_for_session
 SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at
@@ -400,9 +400,6 @@ SELECT DISTINCT ON (w.i) w.i, c.id
 FROM wanted w
 JOIN cards c ON c.family = w.f AND normalized_content(c.content) = w.norm
 ORDER BY w.i, c.created_at, c.id;
-
--- name: wf_card_revisions
-SELECT id, revision FROM cards WHERE id = ANY(%(ids)s);
 
 -- name: wf_receipt_get
 SELECT review_id, session_id, outcome, request_digest, result, created_at

@@ -1,4 +1,6 @@
-"""Physical schema-change cleanup (DESIGN §7). Permission ``memory.schema``, checked again here.
+"""Physical schema-change cleanup (DESIGN §7): the request and result structs and SchemaChanges.
+
+Permission ``memory.schema``, checked again here.
 
 After a catalog synchronisation removes tables or columns, the caller sends the run id, database,
 schema and the exact removed tables and columns. The cleanup runs in two phases, each its own
@@ -16,30 +18,29 @@ transaction under the workspace lock:
 Repeating a run id returns the receipt of a completed run (nothing is deleted twice) and
 completes a run that was only recorded (a crash between the phases) from what was recorded,
 without a new diff.
+
+The SQL is in :mod:`shared.store.schema_changes`. A rejected call is recorded by :func:`audited`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
 import psycopg
 from msgspec import Meta
-from psycopg.types.json import Jsonb
 
-from shared.archive.activity import audited, record_rejection
+from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
 from shared.models import Name, card_id_str
 from shared.projection.queue import ProjectionQueue
-from shared.store import repository
-from shared.store.database import Database, Q
-
-log = logging.getLogger(__name__)
+from shared.store import activity_log, outbox, workspaces
+from shared.store import cards as card_store
+from shared.store import schema_changes as store
+from shared.store.database import Database
+from shared.workflow.requests import digest
 
 MAX_REMOVED = 10_000
 
@@ -120,10 +121,6 @@ def _normalise(req: SchemaChangeRequest) -> SchemaChangeRequest:
         removed_columns=[RemovedColumn(table=t, column=c) for t, c in columns])
 
 
-def _digest(req: SchemaChangeRequest) -> str:
-    return hashlib.sha256(msgspec.json.encode(msgspec.to_builtins(req), order="sorted")).hexdigest()
-
-
 def _result(row: dict[str, Any]) -> SchemaChangeResult:
     return SchemaChangeResult(
         run_id=row["run_id"], database=row["database_name"], schema=row["schema_name"],
@@ -148,11 +145,6 @@ class SchemaChanges:
         if principal.schema is not None and req.schema.strip() != principal.schema:
             raise Forbidden(f"this token is bound to schema {principal.schema!r}")
 
-    async def _reject(self, principal: Principal, workspace: str, run_id: str,
-                      exc: ArchiveError) -> None:
-        await record_rejection(self.db, principal, workspace, "schema_change", exc,
-                               detail={"run": run_id[:200]})
-
     @audited("schema_change")
     async def apply(self, principal: Principal, workspace: str,
                     req: SchemaChangeRequest) -> SchemaChangeOutcome:
@@ -166,12 +158,7 @@ class SchemaChanges:
             another database/schema. :raises NotFound: principal of another workspace.
         """
         self._check(principal, workspace, req)
-        try:
-            row = await self.record(principal, workspace, req)
-        except ArchiveError as exc:
-            if exc.status < 500:
-                await self._reject(principal, workspace, req.run_id, exc)
-            raise
+        row = await self.record(principal, workspace, req)
         if row["status"] == "done":
             return SchemaChangeOutcome(result=_result(row), replayed=True)
         return SchemaChangeOutcome(result=await self.cleanup(principal, workspace, row["run_id"]),
@@ -186,27 +173,26 @@ class SchemaChanges:
         """
         self._check(principal, workspace, req)
         req = _normalise(req)
-        digest = _digest(req)
+        request_digest = digest(req)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
-            await repository.workspace(conn, workspace)
-            row = await (await conn.execute(Q.sc_run_get, {"run_id": req.run_id})).fetchone()
+            await workspaces.get(conn, workspace)
+            row = await store.run(conn, req.run_id)
             if row is not None:
-                if row["request_digest"] != digest:
+                if row["request_digest"] != request_digest:
                     raise Conflict(f"run {req.run_id!r} was recorded with other removed objects; "
                                    "a new diff needs a new run id", run_id=req.run_id)
                 return row
-            open_run = await (await conn.execute(Q.sc_run_open_for_target, {
-                "database": req.database, "schema": req.schema})).fetchone()
+            open_run = await store.incomplete_run(conn, req.database, req.schema)
             if open_run is not None:
-                raise Conflict(f"run {open_run['run_id']!r} of {req.database}.{req.schema} is "
+                raise Conflict(f"run {open_run!r} of {req.database}.{req.schema} is "
                                "incomplete: repeat it to complete it before starting a new run",
-                               run_id=open_run["run_id"])
-            row = await (await conn.execute(Q.sc_run_insert, {
-                "workspace": workspace, "run_id": req.run_id, "database": req.database,
-                "schema": req.schema, "tables": req.removed_tables,
-                "columns": Jsonb(msgspec.to_builtins(req.removed_columns)), "digest": digest,
-                "actor": principal.actor})).fetchone()
-            await repository.record_activity(
+                               run_id=open_run)
+            row = await store.insert_run(
+                conn, workspace, run_id=req.run_id, database=req.database, schema=req.schema,
+                tables=req.removed_tables,
+                columns=[(c.table, c.column) for c in req.removed_columns],
+                digest=request_digest, actor=principal.actor)
+            await activity_log.record(
                 conn, workspace, actor=principal.actor, verb="schema_change", outcome="recorded",
                 detail={"run": req.run_id, "database": req.database, "schema": req.schema,
                         "tables": len(req.removed_tables), "columns": len(req.removed_columns)})
@@ -225,25 +211,23 @@ class SchemaChanges:
         principal.require(workspace, "memory.schema")
         op_ids: list[int] = []
         async with self.db.transaction(workspace, lock="exclusive") as conn:
-            row = await (await conn.execute(Q.sc_run_get_for_update, {"run_id": run_id})).fetchone()
+            row = await store.run(conn, run_id, for_update=True)
             if row is None:
                 raise NotFound(f"no schema-change run {run_id!r}")
             if row["status"] == "done":
                 return _result(row)
             columns = msgspec.convert(row["removed_columns"], list[RemovedColumn])
-            cur = await conn.execute(Q.sc_cards_matching, {
-                "database": row["database_name"], "schema": row["schema_name"],
-                "tables": list(row["removed_tables"]),
-                "col_tables": [c.table for c in columns], "col_names": [c.column for c in columns]})
-            matching: list[uuid.UUID] = [r["card_id"] for r in await cur.fetchall()]
+            matching = await store.cards_depending_on(
+                conn, row["database_name"], row["schema_name"], list(row["removed_tables"]),
+                [(c.table, c.column) for c in columns])
             deleted: list[str] = list(row["deleted"])
             errors: list[dict[str, str]] = []
             for cid in matching:
                 try:
                     async with conn.transaction():  # a savepoint per card
-                        await repository.delete_card(conn, cid)
-                        op_id = await repository.insert_op(conn, workspace, cid, "delete", None)
-                        await repository.record_activity(
+                        await card_store.delete(conn, cid)
+                        op_id = await outbox.insert(conn, workspace, cid, "delete", None)
+                        await activity_log.record(
                             conn, workspace, actor=principal.actor, verb="delete", card_uuid=cid,
                             outcome="ok", detail={"schema_change": run_id})
                 except (ArchiveError, psycopg.errors.IntegrityError) as exc:
@@ -253,10 +237,9 @@ class SchemaChanges:
                 op_ids.append(op_id)
                 deleted.append(card_id_str(cid))
             status = "cleanup_pending" if errors else "done"
-            row = await (await conn.execute(Q.sc_run_finish, {
-                "run_id": run_id, "status": status, "deleted": Jsonb(sorted(deleted)),
-                "errors": Jsonb(errors)})).fetchone()
-            await repository.record_activity(
+            row = await store.finish_run(conn, run_id, status=status, deleted=sorted(deleted),
+                                         errors=errors)
+            await activity_log.record(
                 conn, workspace, actor=principal.actor, verb="schema_change", outcome=status,
                 detail={"run": run_id, "deleted": len(deleted), "errors": len(errors)})
         if op_ids:

@@ -1,0 +1,131 @@
+"""The workflow's reads and writes (DESIGN §6): session proposals, review receipts, reuse matches.
+
+Also the look-ups of review and solved-index: which link targets exist, re-queued operations.
+
+Functions run on a connection from :meth:`shared.store.database.Database.transaction` (role and
+workspace already set); they neither commit nor check permissions. Payloads (a proposal, a
+receipt) are stored and returned as JSON builtins; :mod:`shared.workflow.sessions` converts them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from shared.models import CardWrite
+from shared.store.database import Q
+
+
+class StoredProposal(msgspec.Struct, frozen=True):
+    """A proposal row: its key, kind, family (the card's for an update), the card an update edits
+    and the revision it was drafted against, and the proposal as sent (JSON builtins)."""
+
+    key: str
+    kind: str
+    family: str
+    card_id: uuid.UUID | None
+    base_revision: int | None
+    proposal: dict[str, Any]
+
+
+class StoredReceipt(msgspec.Struct, frozen=True):
+    """A review receipt row: review and session ids, the digest of the review request, and the
+    receipt as returned (JSON builtins)."""
+
+    review_id: str
+    session_id: str
+    request_digest: str
+    result: dict[str, Any]
+
+
+async def session_proposals(conn: AsyncConnection, session_id: str) -> list[StoredProposal]:
+    """The session's proposals in the order they were stored (empty for an unknown session)."""
+    cur = await conn.execute(Q.wf_proposals_for_session, {"session_id": session_id})
+    return [StoredProposal(key=r["key"], kind=r["kind"], family=r["family"],
+                           card_id=r["card_id"], base_revision=r["base_revision"],
+                           proposal=r["proposal"]) for r in await cur.fetchall()]
+
+
+async def count_proposals(conn: AsyncConnection, session_id: str) -> int:
+    """How many proposals the session holds."""
+    row = await (await conn.execute(Q.wf_proposal_count, {"session_id": session_id})).fetchone()
+    return row["n"]
+
+
+async def insert_proposal(conn: AsyncConnection, workspace_id: str, session_id: str, *, key: str,
+                          kind: str, family: str, card_id: uuid.UUID | None,
+                          base_revision: int | None, reuse_card_id: uuid.UUID | None,
+                          proposal: dict[str, Any], digest: str, actor: str) -> None:
+    """Store one proposal of a session (``proposal``: the request as sent, JSON builtins;
+    ``reuse_card_id``: the existing card an addition reuses, if any).
+
+    :raises psycopg.errors.UniqueViolation: the session already holds ``key``.
+    """
+    await conn.execute(Q.wf_proposal_insert, {
+        "workspace": workspace_id, "session_id": session_id, "key": key, "kind": kind,
+        "family": family, "card_id": card_id, "base_revision": base_revision,
+        "reuse_card_id": reuse_card_id, "proposal": Jsonb(proposal), "digest": digest,
+        "actor": actor})
+
+
+async def same_content_cards(conn: AsyncConnection,
+                             bodies: Sequence[CardWrite]) -> list[uuid.UUID | None]:
+    """For each body, the oldest existing card with its family and normalised content
+    (``normalized_content()``, migration 003), or None: the card an addition reuses."""
+    if not bodies:
+        return []
+    cur = await conn.execute(Q.wf_cards_same_content, {
+        "families": [b.family for b in bodies], "contents": [Jsonb(b.content) for b in bodies]})
+    found = {row["i"]: row["id"] for row in await cur.fetchall()}
+    return [found.get(i) for i in range(1, len(bodies) + 1)]
+
+
+async def normalised_contents(conn: AsyncConnection, bodies: Sequence[CardWrite]) -> list[str]:
+    """The normalised content of each body as canonical JSON text (sorted keys), in order: equal
+    texts are the same content (``normalized_content()``, migration 003)."""
+    if not bodies:
+        return []
+    cur = await conn.execute(Q.wf_normalized_contents,
+                             {"contents": [Jsonb(b.content) for b in bodies]})
+    return [msgspec.json.encode(row["norm"], order="sorted").decode()
+            for row in await cur.fetchall()]
+
+
+async def receipt(conn: AsyncConnection, review_id: str) -> StoredReceipt | None:
+    """The receipt stored under ``review_id``, or None."""
+    row = await (await conn.execute(Q.wf_receipt_get, {"review_id": review_id})).fetchone()
+    return _receipt(row)
+
+
+async def session_receipt(conn: AsyncConnection, session_id: str) -> StoredReceipt | None:
+    """The receipt of the session's review (a session is reviewed once), or None."""
+    row = await (await conn.execute(Q.wf_receipt_for_session,
+                                    {"session_id": session_id})).fetchone()
+    return _receipt(row)
+
+
+def _receipt(row: dict[str, Any] | None) -> StoredReceipt | None:
+    if row is None:
+        return None
+    return StoredReceipt(review_id=row["review_id"], session_id=row["session_id"],
+                         request_digest=row["request_digest"], result=row["result"])
+
+
+async def insert_receipt(conn: AsyncConnection, workspace_id: str, *, review_id: str,
+                         session_id: str, outcome: str, digest: str, result: dict[str, Any],
+                         actor: str) -> None:
+    """Store a review receipt (``result``: the receipt, JSON builtins; ``digest``: of the review
+    request). Receipts are append-only.
+
+    :raises psycopg.errors.UniqueViolation: the review id or the session has a receipt already.
+    """
+    await conn.execute(Q.wf_receipt_insert, {
+        "workspace": workspace_id, "review_id": review_id, "session_id": session_id,
+        "outcome": outcome, "digest": digest, "result": Jsonb(result), "actor": actor})
+
+

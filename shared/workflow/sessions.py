@@ -1,0 +1,501 @@
+"""The workflow's use cases (DESIGN §6): propose, summary, review and solved-index (Workflow).
+
+Permission ``memory.review``, checked again here.
+
+- :meth:`Workflow.propose` validates and stores a batch of proposals of one session: additions and
+  updates, each with its source decisions, content, scope, rationale, dependencies and links (to
+  existing cards by ``mem-`` id, or to other proposals of the session by their local key). A
+  proposal needs an ``approved`` decision and reusable content. An addition whose family and
+  normalised content (see :data:`~shared.workflow.rules.NORMALISATION`) equal an existing card's is
+  a *reuse* of that card.
+- :meth:`Workflow.summary` shows each proposal, what it would create or change (a field diff for
+  updates) and which are stale, computed against the archive's current state.
+- :meth:`Workflow.review` applies a reviewer's selection (with edits) in one transaction under the
+  workspace lock, and writes a **review receipt** in the same transaction. The review id is the
+  idempotency key: a repeated delivery returns the stored receipt and writes nothing (so a card
+  created by the review and deleted since is never recreated).
+- :meth:`Workflow.solved_index` re-queues the projection recorded by a session's receipt.
+
+The rules are :mod:`shared.workflow.rules`, the wire format :mod:`shared.workflow.requests`; the
+SQL is in :mod:`shared.store.workflow`. A rejected call is recorded by :func:`audited` alone.
+This module imports no web framework; the writer's ``writer/workflow.py`` only parses and calls it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal
+
+import msgspec
+from psycopg import AsyncConnection
+
+from shared.archive.activity import audited
+from shared.auth import Principal
+from shared.errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
+from shared.models import Card, CardWrite, Source, card_id_str, parse_card_id
+from shared.projection.queue import ProjectionQueue
+from shared.store import activity_log, outbox, workspaces
+from shared.store import cards as card_store
+from shared.store import workflow as store
+from shared.store.database import Database
+from shared.workflow import rules
+from shared.workflow.requests import (MAX_SESSION_PROPOSALS, FieldChange, ProjectionEntry,
+                                      Proposal, ProposalOutcome, ProposeRequest, ProposeResult,
+                                      ReviewedItem, ReviewOutcome, ReviewReceipt, ReviewRequest,
+                                      ReviewSelection, SolvedIndexCard, SolvedIndexResult,
+                                      Summary, SummaryItem, digest)
+from shared.workflow.rules import Addition, Draft, Update
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A stored proposal: as sent (for its digest, decisions and rationale), and as a draft."""
+
+    key: str
+    family: str
+    proposal: Proposal
+    draft: Draft
+
+
+async def _stored(conn: AsyncConnection, session_id: str) -> dict[str, _Stored]:
+    """The session's proposals by key, in the order they were stored."""
+    stored: dict[str, _Stored] = {}
+    for row in await store.session_proposals(conn, session_id):
+        proposal = msgspec.convert(row.proposal, Proposal)
+        stored[row.key] = _Stored(key=row.key, family=row.family, proposal=proposal,
+                                  draft=rules.draft(proposal, f"stored proposal {row.key!r}"))
+    return stored
+
+
+async def _reviewed(conn: AsyncConnection, session_id: str) -> ReviewReceipt | None:
+    row = await store.session_receipt(conn, session_id)
+    return msgspec.convert(row.result, ReviewReceipt) if row is not None else None
+
+
+async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrite]],
+                 sent: int | None = None) -> list[uuid.UUID | None]:
+    """The reuse rule over additions ``(where, key, body)``: the existing card each reuses (or
+    None: it is created).
+
+    :param sent: how many of ``additions`` (the first ones) the caller sent now; the others are
+        stored already, and a duplicate names the one sent. All of them when None.
+    :raises InvalidInput: two created additions have the same family and content (the later one,
+        or the one sent, is named).
+    """
+    bodies = [body for *_, body in additions]
+    targets = await store.same_content_cards(conn, bodies)
+    created = [n for n, target in enumerate(targets) if target is None]
+    norms = await store.normalised_contents(conn, [bodies[n] for n in created])
+    dup = rules.first_duplicate([(bodies[n].family, norm) for n, norm in zip(created, norms)])
+    if dup is not None:
+        first, second = created[dup[0]], created[dup[1]]
+        if sent is not None and second >= sent:
+            first, second = second, first
+        raise rules.same_content(additions[first][:2], additions[second][:2])
+    return targets
+
+
+async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[CardWrite],
+                       stored: dict[str, _Stored]) -> dict[str, uuid.UUID | None]:
+    """The reuse rule at propose time, for the batch's additions by key: the batch's additions,
+    then the stored ones it does not re-send, must not repeat content among those that are not
+    reuses (a review could not create both).
+
+    :raises InvalidInput: as :func:`_reuse`, naming the proposal of the batch.
+    """
+    additions = [(f"proposals[{i}]", d.key, body)
+                 for i, (d, body) in enumerate(zip(drafts, bodies)) if isinstance(d, Addition)]
+    sent = len(additions)
+    batch_keys = {d.key for d in drafts}
+    for s in stored.values():
+        if isinstance(s.draft, Addition) and s.key not in batch_keys:
+            where = f"stored proposal {s.key!r}"
+            additions.append((where, s.key, rules.card_body(s.draft, None, None, where)))
+    targets = await _reuse(conn, additions, sent)
+    return dict(zip((key for _, key, _ in additions[:sent]), targets))
+
+
+async def _edited_cards(conn: AsyncConnection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
+    """The cards the updates among ``drafts`` edit, as they are now (a deleted one is absent)."""
+    return await card_store.get_many(
+        conn, [c for d in drafts if (c := rules.edited_card(d)) is not None])
+
+
+class Workflow:
+    """Proposals, summary, review and solved-index over one database and projection queue."""
+
+    def __init__(self, db: Database, queue: ProjectionQueue) -> None:
+        self.db = db
+        self.queue = queue
+
+    # ---- propose ----
+
+    @audited("propose")
+    async def propose(self, principal: Principal, workspace: str, session_id: str,
+                      req: ProposeRequest) -> ProposeResult:
+        """Validate and store a batch of proposals of ``session_id``.
+
+        Re-sending a proposal identical to one already stored under its key is a no-op
+        (``stored: unchanged``), so a retried delivery stores nothing twice.
+
+        :raises InvalidInput: a proposal without an approved decision or reusable content, an
+            invalid field, an update of a card not in this workspace or of another family, a link
+            to a card not in this workspace or to an unknown key, duplicate keys or duplicate
+            content in the batch (the failing proposal is named: ``item`` = its key).
+        :raises Conflict: the session was already reviewed; a key already stored with other
+            content; more than 500 proposals in the session.
+        :raises Forbidden / NotFound: principal.
+        """
+        principal.require(workspace, "memory.review")
+        session_id = rules.clean_session_id(session_id)
+        drafts = rules.check_batch(req.proposals)
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            receipt = await store.session_receipt(conn, session_id)
+            if receipt is not None:
+                raise Conflict(f"session {session_id!r} was already reviewed (review "
+                               f"{receipt.review_id!r}); start a new session",
+                               review_id=receipt.review_id)
+            stored = await _stored(conn, session_id)
+            cards = await _edited_cards(conn, drafts)
+            bodies = [rules.proposal_body(d, cards, f"proposals[{i}]")
+                      for i, d in enumerate(drafts)]
+            existing = await card_store.existing_ids(conn, rules.card_targets(bodies))
+            session = dict.fromkeys([*stored, *(d.key for d in drafts)])
+            for i, (d, body) in enumerate(zip(drafts, bodies)):
+                rules.check_links(body.links, f"proposals[{i}]", key=d.key,
+                                  card_id=rules.edited_card(d), written=session, session=session,
+                                  cards=existing)
+            reuse = await _batch_reuse(conn, drafts, bodies, stored)
+            outcomes: list[ProposalOutcome] = []
+            new_keys: list[str] = []
+            for i, (p, d, body) in enumerate(zip(req.proposals, drafts, bodies)):
+                request_digest = digest(p)
+                card_uuid, reuse_id = rules.edited_card(d), reuse.get(d.key)
+                prior = stored.get(d.key)
+                state: Literal["new", "unchanged"] = "new"
+                if prior is not None:
+                    if digest(prior.proposal) != request_digest:
+                        raise Conflict(f"proposals[{i}] (key {d.key!r}): this session already "
+                                       "holds another proposal under that key",
+                                       field=f"proposals[{i}].key", item=d.key)
+                    state = "unchanged"
+                else:
+                    await store.insert_proposal(
+                        conn, workspace, session_id, key=d.key, kind=d.kind, family=body.family,
+                        card_id=card_uuid, base_revision=_base_revision(d),
+                        reuse_card_id=reuse_id, proposal=msgspec.to_builtins(p),
+                        digest=request_digest, actor=principal.actor)
+                    new_keys.append(d.key)
+                shown = card_uuid or reuse_id
+                stale = card_uuid is not None and rules.stale_reason(d, cards[card_uuid])
+                outcomes.append(ProposalOutcome(
+                    key=d.key, kind=d.kind, family=body.family, action=rules.action(d, reuse_id),
+                    card_id=card_id_str(shown) if shown else None,
+                    base_revision=_base_revision(d), stale=bool(stale), stored=state))
+            total = await store.count_proposals(conn, session_id)
+            if total > MAX_SESSION_PROPOSALS:
+                raise Conflict(f"a session holds at most {MAX_SESSION_PROPOSALS} proposals",
+                               field="proposals")
+            if new_keys:
+                await activity_log.record(
+                    conn, workspace, actor=principal.actor, verb="propose", outcome="ok",
+                    detail={"session": session_id, "proposals": new_keys[:100],
+                            "count": len(new_keys)})
+        return ProposeResult(session_id=session_id, proposals=outcomes, session_total=total)
+
+    # ---- summary ----
+
+    async def summary(self, principal: Principal, workspace: str, session_id: str) -> Summary:
+        """The session's proposals as one reviewable document, against the current archive:
+        what each would create, reuse or change (field diff), which are stale, and the review
+        receipt once the session was reviewed.
+
+        :raises NotFound: no proposals in this session (or principal of another workspace).
+        :raises Forbidden: the token lacks ``memory.review``.
+        """
+        principal.require(workspace, "memory.review")
+        session_id = rules.clean_session_id(session_id)
+        async with self.db.transaction(workspace, read_only=True, lock="shared") as conn:
+            await workspaces.get(conn, workspace)
+            stored = await _stored(conn, session_id)
+            receipt = await _reviewed(conn, session_id)
+            if not stored:
+                raise NotFound(f"no proposals in session {session_id!r}")
+            cards = await _edited_cards(conn, (s.draft for s in stored.values()))
+            items: list[SummaryItem] = []
+            bodies: list[CardWrite | None] = []
+            for s in stored.values():
+                body, item = _summary_item(s, cards)
+                items.append(item)
+                bodies.append(body)
+            existing = await card_store.existing_ids(
+                conn, rules.card_targets(b for b in bodies if b is not None))
+            session = dict.fromkeys(stored)
+            for item, s, body in zip(items, stored.values(), bodies):
+                if body is not None:
+                    item.problems += [problem for _, problem in rules.link_problems(
+                        body.links, key=s.key, card_id=rules.edited_card(s.draft),
+                        written=session, session=session, cards=existing)]
+            if receipt is None:
+                additions = [(item, s.draft, body)
+                             for item, s, body in zip(items, stored.values(), bodies)
+                             if isinstance(s.draft, Addition) and body is not None]
+                targets = await store.same_content_cards(conn, [body for *_, body in additions])
+                for (item, d, _), reuse_id in zip(additions, targets):
+                    item.action = rules.action(d, reuse_id)
+                    item.card_id = card_id_str(reuse_id) if reuse_id else None
+            else:
+                _show_review(items, receipt)
+        counts = {"total": len(items),
+                  "create": sum(i.action == "create" for i in items),
+                  "reuse": sum(i.action == "reuse" for i in items),
+                  "update": sum(i.action == "update" for i in items),
+                  "stale": sum(i.stale for i in items),
+                  "with_problems": sum(bool(i.problems) for i in items)}
+        return Summary(session_id=session_id, proposals=items, counts=counts, review=receipt)
+
+    # ---- review ----
+
+    @audited("review")
+    async def review(self, principal: Principal, workspace: str, session_id: str,
+                     req: ReviewRequest) -> ReviewOutcome:
+        """Apply a reviewer's selection atomically and record the receipt in the same
+        transaction; or record an explicit decline of all.
+
+        One transaction under the workspace lock: new cards (origin ``workflow``, source = the
+        session and its approved decision ids) are inserted, then updates applied (keeping the
+        card's id, origin and source), then links resolved (between new cards of the review too),
+        then one projection operation per written card and the receipt. An addition whose final
+        content is identical to an existing card's reuses that card (no write). Operations are
+        enqueued after commit. A repeated ``review_id`` returns the stored receipt
+        (``replayed``) and writes nothing, whatever happened to the cards since.
+
+        :raises InvalidInput: unknown or duplicate key, a link to a card not in this workspace
+            or to an unselected proposal, an edit of the approved SQL, invalid edits, duplicate
+            content; nothing selected without ``decline_all`` (the item is named).
+        :raises StaleRevision: an update's card moved past (or was deleted after) the revision
+            the proposal was drafted against (``item`` names it); nothing is written.
+        :raises Conflict: the review id was used for another session or another request; the
+            session was already reviewed under another review id.
+        :raises NotFound: no proposals in the session. :raises Forbidden: principal.
+        """
+        principal.require(workspace, "memory.review")
+        session_id = rules.clean_session_id(session_id)
+        review_id = rules.check_review(req)
+        request_digest = digest(req)
+        op_ids: list[int] = []
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            row = await store.receipt(conn, review_id)
+            if row is not None:
+                if row.session_id != session_id:
+                    raise Conflict(f"review id {review_id!r} was used for another session",
+                                   field="review_id")
+                if row.request_digest != request_digest:
+                    raise Conflict(f"review id {review_id!r} was already used with a different "
+                                   "request; a new review needs a new review id",
+                                   field="review_id")
+                return ReviewOutcome(receipt=msgspec.convert(row.result, ReviewReceipt),
+                                     replayed=True)
+            other = await store.session_receipt(conn, session_id)
+            if other is not None:
+                raise Conflict(f"session {session_id!r} was already reviewed (review "
+                               f"{other.review_id!r})", review_id=other.review_id)
+            stored = await _stored(conn, session_id)
+            if not stored:
+                raise NotFound(f"no proposals in session {session_id!r}")
+            for i, sel in enumerate(req.selected):
+                if sel.key not in stored:
+                    raise InvalidInput(f"selected[{i}]: no proposal {sel.key!r} in session "
+                                       f"{session_id!r}", field=f"selected[{i}].key", item=sel.key)
+            selected = {sel.key for sel in req.selected}
+            receipt = ReviewReceipt(
+                review_id=review_id, session_id=session_id,
+                outcome="declined" if req.decline_all else "applied",
+                reviewed_by=principal.actor, reviewed_at=datetime.now(timezone.utc), items=[],
+                declined=[k for k in stored if k not in selected], projection=[], note=req.note)
+            if not req.decline_all:
+                receipt.items, op_ids, receipt.projection = await self._apply(
+                    conn, principal, workspace, session_id, req.selected, stored)
+            outcome = await _store_receipt(conn, principal, workspace, receipt, request_digest)
+        if op_ids:
+            await self.queue.enqueue(workspace, op_ids)
+        return outcome
+
+    async def _apply(self, conn: AsyncConnection, principal: Principal, workspace: str,
+                     session_id: str, selection: list[ReviewSelection],
+                     stored: dict[str, _Stored],
+                     ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry]]:
+        selected = [(f"selected[{i}]", stored[sel.key].draft, sel) for i, sel in
+                    enumerate(selection)]
+        cards = await _edited_cards(conn, (d for _, d, _ in selected))
+        # 1. validate every item against the current state before writing anything
+        bodies: list[CardWrite] = []
+        for where, d, sel in selected:
+            card = cards.get(d.card_id) if isinstance(d, Update) else None
+            if isinstance(d, Update) and (reason := rules.stale_reason(d, card)) is not None:
+                raise StaleRevision(f"{where} (key {d.key!r}): {reason}", item=d.key,
+                                    card_id=card_id_str(d.card_id),
+                                    current_revision=card.revision if card else None, field=where)
+            body = rules.card_body(d, card, sel.edits, where)
+            body.revision = _base_revision(d)
+            bodies.append(body)
+        adds = [n for n, (_, d, _) in enumerate(selected) if isinstance(d, Addition)]
+        reuse = dict(zip(adds, await _reuse(conn, [(selected[n][0], selected[n][1].key,
+                                                    bodies[n]) for n in adds])))
+        ids = {d.key: rules.edited_card(d) or reuse.get(n) or uuid.uuid4()
+               for n, (_, d, _) in enumerate(selected)}
+        # links by key name selected proposals only; they become card ids (a reused card is not
+        # written, so its proposal's links are checked like every other but not applied)
+        existing = await card_store.existing_ids(conn, rules.card_targets(bodies))
+        for (where, d, _), body in zip(selected, bodies):
+            rules.check_links(body.links, where, key=d.key, card_id=ids[d.key], written=ids,
+                              session=stored, cards=existing)
+        links = [rules.resolve_links(body.links, ids) for body in bodies]
+        # 2. write: new cards first (no links yet), then updates and links, inside this transaction
+        revisions: dict[str, int] = {}
+        creates = [n for n in adds if reuse[n] is None]
+        for n in creates:
+            d = selected[n][1]
+            source = Source(session_id=session_id, decision_ids=d.decision_ids)
+            _, revisions[d.key] = await card_store.insert(
+                conn, workspace, bodies[n], origin="workflow", source=source, card_uuid=ids[d.key])
+        for n, (where, d, _) in enumerate(selected):
+            try:
+                if isinstance(d, Update):
+                    revisions[d.key] = await card_store.update(
+                        conn, workspace, ids[d.key], bodies[n], links[n])
+                elif reuse[n] is None and links[n]:
+                    await card_store.add_links(conn, workspace, ids[d.key], links[n])
+            except ArchiveError as exc:
+                raise rules.at_item(where, d.key, exc) from exc
+        # 3. one projection operation per written card; activity; the receipt's items
+        items: list[ReviewedItem] = []
+        op_ids: list[int] = []
+        projection: list[ProjectionEntry] = []
+        for n, (_, d, _) in enumerate(selected):
+            cid = ids[d.key]
+            action = rules.action(d, reuse.get(n))
+            if d.key in revisions:
+                revision = revisions[d.key]
+                op_id = await outbox.insert(conn, workspace, cid, "upsert", revision)
+                op_ids.append(op_id)
+                projection.append(ProjectionEntry(card_id=card_id_str(cid), revision=revision,
+                                                  operation=op_id))
+                await activity_log.record(
+                    conn, workspace, actor=principal.actor, verb=action, card_uuid=cid,
+                    outcome="ok", detail={"session": session_id, "proposal": d.key,
+                                          "revision": revision})
+            else:
+                revision = (await card_store.get(conn, cid)).revision
+            items.append(ReviewedItem(key=d.key, kind=d.kind, action=rules.DONE[action],
+                                      card_id=card_id_str(cid), revision=revision,
+                                      family=bodies[n].family, title=bodies[n].title))
+        return items, op_ids, projection
+
+    # ---- solved-index ----
+
+    @audited("solved_index")
+    async def solved_index(self, principal: Principal, workspace: str,
+                           session_id: str) -> SolvedIndexResult:
+        """Re-queue the projection recorded by the session's review receipt: every card the
+        review wrote is projected again from its *current* state (open or failed operations are
+        re-queued, else a new upsert is queued). A card deleted since is never recreated (an open
+        point deletion of it is re-queued).
+
+        :raises NotFound: the session has no review receipt. :raises Forbidden: principal.
+        """
+        principal.require(workspace, "memory.review")
+        session_id = rules.clean_session_id(session_id)
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            receipt = await _reviewed(conn, session_id)
+            if receipt is None:
+                raise NotFound(f"session {session_id!r} has no review receipt")
+            results: list[SolvedIndexCard] = []
+            all_ops: list[int] = []
+            for entry in receipt.projection:
+                cid = parse_card_id(entry.card_id)
+                assert cid is not None
+                ops = await outbox.reset_for_retry(conn, cid)
+                state = await outbox.projection_state(conn, cid)
+                if state is not None and not ops:
+                    ops = [await outbox.insert(conn, workspace, cid, "upsert",
+                                                      state["revision"])]
+                results.append(SolvedIndexCard(card_id=entry.card_id,
+                                               status="requeued" if state else "deleted",
+                                               operations=ops))
+                all_ops += ops
+            await activity_log.record(
+                conn, workspace, actor=principal.actor, verb="solved_index", outcome="ok",
+                detail={"session": session_id, "review": receipt.review_id,
+                        "operations": all_ops[:100]})
+        enqueued = await self.queue.enqueue(workspace, all_ops)
+        return SolvedIndexResult(session_id=session_id, review_id=receipt.review_id,
+                                 cards=results, operations=all_ops, enqueued=enqueued)
+
+
+def _base_revision(d: Draft) -> int | None:
+    """The revision an update was drafted against (None for an addition)."""
+    return d.revision if isinstance(d, Update) else None
+
+
+def _summary_item(s: _Stored, cards: dict[uuid.UUID, Card],
+                  ) -> tuple[CardWrite | None, SummaryItem]:
+    """One proposal against the current cards: the body it would write (None when it cannot be
+    built) and its summary entry, before link problems and reuse."""
+    d = s.draft
+    card = cards.get(d.card_id) if isinstance(d, Update) else None
+    problems: list[str] = []
+    body: CardWrite | None = None
+    changes: dict[str, FieldChange] = {}
+    if card is not None or isinstance(d, Addition):
+        try:
+            body = rules.card_body(d, card, None, "proposal")
+        except InvalidInput as exc:  # e.g. the card changed under an update
+            problems.append(exc.message)
+    stale = rules.stale_reason(d, card)
+    if stale is not None:
+        problems.append(f"stale: {stale}")
+    if card is not None and body is not None:
+        changes = rules.changes(card, body)
+    return body, SummaryItem(
+        key=s.key, kind=d.kind, family=s.family, action=rules.action(d, None),
+        card_id=card_id_str(d.card_id) if isinstance(d, Update) else None,
+        base_revision=_base_revision(d),
+        current_revision=card.revision if card is not None else None,
+        stale=stale is not None, decisions=s.proposal.decisions, rationale=s.proposal.rationale,
+        card=rules.preview(body) if body is not None else None, changes=changes,
+        problems=problems)
+
+
+def _show_review(items: list[SummaryItem], receipt: ReviewReceipt) -> None:
+    """A reviewed session is closed: each item shows what the review did (the receipt), not what
+    a review would do now (its own new cards would read as reuses)."""
+    done = {i.key: i for i in receipt.items}
+    todo: dict[str, rules.Action] = {past: action for action, past in rules.DONE.items()}
+    for item in items:
+        r = done.get(item.key)
+        item.reviewed = r.action if r is not None else "declined"
+        if r is not None:
+            item.action = todo[r.action]
+            item.card_id = r.card_id
+        item.stale, item.problems = False, []
+
+
+async def _store_receipt(conn: AsyncConnection, principal: Principal, workspace: str,
+                         receipt: ReviewReceipt, request_digest: str) -> ReviewOutcome:
+    result = msgspec.to_builtins(receipt)
+    await store.insert_receipt(conn, workspace, review_id=receipt.review_id,
+                               session_id=receipt.session_id, outcome=receipt.outcome,
+                               digest=request_digest, result=result, actor=principal.actor)
+    await activity_log.record(
+        conn, workspace, actor=principal.actor, verb="review", outcome=receipt.outcome,
+        detail={"session": receipt.session_id, "review": receipt.review_id,
+                "cards": [i.card_id for i in receipt.items][:100]})
+    # exactly what a replay returns (the stored JSON, decoded)
+    return ReviewOutcome(receipt=msgspec.convert(result, ReviewReceipt), replayed=False)
