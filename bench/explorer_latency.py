@@ -433,7 +433,7 @@ class _Explaining:
 async def explain(url: str, plans: bool) -> None:
     """Time every statement of the list page for each scenario (as the reader role, in a
     read-only transaction, as the explorer runs them)."""
-    from explorer_plugin.views import _list_query
+    from explorer_plugin.params import list_query
     from shared.store import listing
     from shared.store.database import Database
 
@@ -447,7 +447,7 @@ async def explain(url: str, plans: bool) -> None:
     await db.open()
     try:
         for label, mine, _ in SCENARIOS:
-            query, _ = _list_query(_Req(mine))
+            query, _ = list_query(_Req(mine))
             print(f"== {label}: {mine}")
             async with db.transaction(WORKSPACE, role="reader", read_only=True) as conn:
                 proxy = _Explaining(conn, plans)

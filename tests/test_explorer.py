@@ -523,3 +523,61 @@ async def test_unknown_urls_are_quiet_404s_and_home_redirects(make_env, capfd):
         r = await ds.client.get("/", cookies=cookies)
         assert r.status_code == 302 and r.headers["location"] == "/-/memory"
         assert "Traceback" not in capfd.readouterr().err
+
+
+def test_page_window_and_facet_toggles():
+    """Page links show the first, the last and two pages each side, with gaps; a facet link
+    replaces a single-valued filter and clears the filters below it."""
+    from explorer_plugin import paging, urls
+
+    assert paging.window(1, 1) == [1]
+    assert paging.window(2, 5) == [1, 2, 3, 4, 5]
+    assert paging.window(6, 20) == [1, None, 4, 5, 6, 7, 8, None, 20]
+    pairs = [("database", "db1"), ("table", "t"), ("column", "c"), ("family", "sql_rule")]
+    assert urls.toggle(pairs, "database", "db2", False) == [("family", "sql_rule"), ("database", "db2")]
+    assert urls.toggle(pairs, "database", "db1", True) == [("family", "sql_rule")]
+    assert urls.toggle(pairs, "table", "t", True) == [("database", "db1"), ("family", "sql_rule")]
+    assert urls.toggle(pairs, "family", "x", False) == pairs + [("family", "x")]
+
+
+async def test_one_error_page_for_archive_datasette_and_unexpected_errors(make_env, explorer):
+    """Archive errors, Datasette's own 4xx and unexpected exceptions get the same error page
+    (JSON for ``.json`` URLs); only the unexpected one is logged, once, with its traceback, and
+    its page says nothing of the cause."""
+    import logging
+
+    class Broken:
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError("secret <cause>")
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append((record.getMessage(), record.exc_info is not None))
+
+    logged: list[tuple[str, bool]] = []
+    handler = Keep()
+    logging.getLogger("memarc.explorer").addHandler(handler)
+    try:
+        async with make_env() as env:
+            env.workspace("acme")
+            ds = explorer(env, {"alice": ["acme"]})
+            r = await get(ds, "/-/memory/acme.json?_size=0")
+            assert (r.status_code, r.json()) == (400, {
+                "ok": False, "error": "_size must be between 1 and 100", "status": 400,
+                "title": "Invalid request", "code": "invalid_input"})
+            r = await get(ds, "/-/memory/acme/-/nope.json")
+            assert r.status_code == 404 and r.json()["ok"] is False and "code" not in r.json()
+            assert '<p class="crumbs">' in (await get(ds, "/-/memory/acme/-/nope")).text
+
+            broken = explorer(env, {"alice": ["acme"]},
+                              resources=dataclasses.replace(env.resources, db=Broken()))
+            r = await get(broken, "/-/memory/acme.json")
+            assert (r.status_code, r.json()) == (500, {"ok": False, "error": "internal error",
+                                                       "status": 500})
+            r = await get(broken, "/-/memory/acme")
+            assert r.status_code == 500 and "The explorer could not complete this request." in r.text
+            assert "secret" not in r.text
+        assert logged == [("explorer error on /-/memory/acme.json", True),
+                          ("explorer error on /-/memory/acme", True)]
+    finally:
+        logging.getLogger("memarc.explorer").removeHandler(handler)
