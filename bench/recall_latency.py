@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench._archive as _archive  # noqa: E402
 from bench._archive import ROOT, BenchArchive, build  # noqa: E402
+from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.index.edge import QdrantEdgeEngine  # noqa: E402
 from shared.index.embedding import SparseVector  # noqa: E402
@@ -42,7 +43,6 @@ from shared.index.engine import PointIn  # noqa: E402
 from shared.models import SearchRequest  # noqa: E402
 from shared.recall.verified import RecallTimings, build_filter, recall, seed_count  # noqa: E402
 from shared.store.repository import PROJECTION_FORMAT  # noqa: E402
-from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 COPY_SQL = """
 INSERT INTO memory.cards (workspace_id, id, family, title, scope, origin, source, concepts,
