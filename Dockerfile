@@ -5,6 +5,7 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY writer ./writer
 COPY explorer_plugin ./explorer_plugin
+COPY tools ./tools
 COPY migrations ./migrations
 RUN pip install --no-cache-dir .
 USER nobody

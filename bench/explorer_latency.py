@@ -38,7 +38,6 @@ import contextlib
 import functools
 import json
 import random
-import re
 import shutil
 import sqlite3
 import sys
@@ -57,12 +56,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._archive import admin_url  # noqa: E402
 from bench.recall_latency import pct  # noqa: E402
+from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.models import ImportCard  # noqa: E402
 from shared.store.bootstrap import create_workspace  # noqa: E402
 from shared.store.database import MIGRATIONS_DIR  # noqa: E402
 from shared.store.migrations import migrate  # noqa: E402
 from shared.models import PROJECTION_FORMAT  # noqa: E402
-from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 WORKSPACE = "bench"
 LIST_MIGRATION = 4

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.index.embedding import Embedder  # noqa: E402
 from shared.models import Card  # noqa: E402
 from shared.privacy import DEFAULT_FILTER  # noqa: E402
 from shared.projection.project import payload, projected_document, projected_text  # noqa: E402
-from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 

@@ -31,13 +31,13 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._archive import build  # noqa: E402
+from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.models import CardWrite  # noqa: E402
 from shared.projection.jobs import build_worker, stop_worker  # noqa: E402
 from shared.projection.project import projected_text  # noqa: E402
 from shared.projection.queue import ProjectionQueue  # noqa: E402
 from shared.store import cards as card_rows  # noqa: E402
 from shared.store import listing, outbox  # noqa: E402
-from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 
 def redis_url() -> str:

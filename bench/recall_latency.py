@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench._archive as _archive  # noqa: E402
 from bench._archive import ROOT, BenchArchive, build  # noqa: E402
+from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.index.edge import QdrantEdgeEngine  # noqa: E402
 from shared.index.embedding import SparseVector  # noqa: E402
@@ -44,7 +45,6 @@ from shared.models import SearchRequest  # noqa: E402
 from shared.recall.eligibility import build_filter  # noqa: E402
 from shared.recall.verified import RecallTimings, recall, seed_count  # noqa: E402
 from shared.models import PROJECTION_FORMAT  # noqa: E402
-from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 COPY_SQL = """
 INSERT INTO memory.cards (workspace_id, id, family, title, scope, origin, source, concepts,

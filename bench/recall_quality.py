@@ -29,9 +29,9 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._archive import ROOT, build  # noqa: E402
+from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.models import Filters, ImportCard, SearchRequest, card_id_str  # noqa: E402
 from shared.recall.verified import recall  # noqa: E402
-from writer.runner import bundled_cards, read_cards  # noqa: E402
 
 VARIANTS = {
     "hybrid": ((1.0, 1.0), True),

@@ -262,6 +262,12 @@ def _bad(message: str, field: str) -> InvalidInput:
     return InvalidInput(message, field=field)
 
 
+def content_limit(name: str) -> int:
+    """Longest text, in characters, of the content field ``name``: :data:`MAX_SQL` for ``sql``,
+    ``error`` and ``correction`` (they hold SQL), :data:`MAX_TEXT` for the others."""
+    return MAX_SQL if name in ("sql", "correction", "error") else MAX_TEXT
+
+
 def validate_card_write(body: CardWrite | ImportCard) -> None:
     """Normalise and check a card body in place.
 
@@ -281,7 +287,7 @@ def validate_card_write(body: CardWrite | ImportCard) -> None:
             raise _bad(f"content field {name!r} is not allowed for {body.family} (allowed: {allowed})",
                        f"content.{name}")
         value = value.strip()
-        limit = MAX_SQL if name in ("sql", "correction", "error") else MAX_TEXT
+        limit = content_limit(name)
         if len(value) > limit:
             raise _bad(f"content.{name} is longer than {limit} characters", f"content.{name}")
         if value:

@@ -1,13 +1,14 @@
 """Checks of the committed BIRD/BIRD-CRITIC/sqlfluff cards file (shared/data/bird_cards.jsonl.gz).
 
-The file must equal a fresh conversion of ../shared/datasets (skipped only when that folder is
-absent) and every card must respect the card bounds of DESIGN.md section 2.
+The file must equal a fresh conversion of ../shared/datasets by tools/bird_cards.py (skipped only
+when that folder is absent) and every card must respect the card bounds of shared/models.py.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,8 @@ if str(REPO) not in sys.path:
 
 from conftest import skip_or_fail  # noqa: E402
 
-from shared import bird  # noqa: E402
+from shared import models  # noqa: E402
+from tools import bird_cards as bird  # noqa: E402
 
 CARDS_FILE = REPO / "shared" / "data" / "bird_cards.jsonl.gz"
 DATASETS = Path(__file__).parents[1].parent / "shared" / "datasets"
@@ -99,15 +101,16 @@ def test_every_card_respects_the_bounds():
         assert isinstance(key, str) and key and key.strip() == key, key
         assert card["family"] in FAMILY_FIELDS, key
         title = card["title"]
-        assert isinstance(title, str) and title and title.strip() == title and len(title) <= 200, key
+        assert isinstance(title, str) and title and title.strip() == title, key
+        assert len(title) <= models.MAX_TITLE, key
         assert "\n" not in title, key
         assert card["scope"] is None, key
 
         concepts = card["concepts"]
-        assert isinstance(concepts, list) and len(concepts) <= 20, key
+        assert isinstance(concepts, list) and len(concepts) <= models.MAX_CONCEPTS, key
         assert len(set(concepts)) == len(concepts), key
         for concept in concepts:
-            assert isinstance(concept, str) and 1 <= len(concept) <= 100, key
+            assert isinstance(concept, str) and 1 <= len(concept) <= models.MAX_CONCEPT, key
             assert concept == concept.lower() == concept.strip(), key
 
         required, optional = FAMILY_FIELDS[card["family"]]
@@ -115,7 +118,7 @@ def test_every_card_respects_the_bounds():
         assert required <= set(content) <= required | optional, key
         for name, value in content.items():
             assert isinstance(value, str) and value and value.strip() == value, (key, name)
-            assert len(value) <= (50000 if name == "sql" else 20000), (key, name)
+            assert len(value) <= models.content_limit(name), (key, name)
 
         source = card["source"]
         assert set(source) == {"dataset", "record"}, key
@@ -131,7 +134,7 @@ def test_dependencies_have_no_gaps():
     for card in load_committed():
         deps = card["dependencies"]
         key = card["key"]
-        assert isinstance(deps, list) and len(deps) <= 50, key
+        assert isinstance(deps, list) and len(deps) <= models.MAX_DEPENDENCIES, key
         seen = set()
         for entry in deps:
             assert set(entry) == {"database", "schema", "table", "column"}, key
@@ -159,7 +162,7 @@ def test_keys_unique_and_links_resolve():
     linked = 0
     for card in cards:
         links = card["links"]
-        assert isinstance(links, list) and len(links) <= 50, card["key"]
+        assert isinstance(links, list) and len(links) <= models.MAX_LINKS, card["key"]
         targets = [link["target"] for link in links]
         assert len(targets) == len(set(targets)), card["key"]
         for link in links:
@@ -194,14 +197,33 @@ def test_sql_guidance_heuristic_examples():
 def test_title_bound_cuts_on_word_boundary():
     long = "word " * 100
     title = bird.make_title(long)
-    assert len(title) <= 200 and title.endswith("…") and not title.endswith(" …")
+    assert len(title) <= models.MAX_TITLE and title.endswith("…") and not title.endswith(" …")
     assert bird.make_title("  short   title ") == "short title"
 
 
 def test_evidence_is_split_outside_parentheses_only():
-    from shared.bird import split_clauses
+    from tools.bird_cards import split_clauses
 
     formula = "calculation = MULTIPLY(DIVIDE(SUM(alignment = 'Bad); count(id)), 100)"
     assert split_clauses(f"{formula}; bad refers to alignment = 'Bad'") == [
         formula, " bad refers to alignment = 'Bad'"]
     assert split_clauses("a; b (c; d") == ["a", " b (c", " d"]  # unbalanced: plain split
+
+
+def test_the_runtime_does_not_import_the_converter():
+    """The converter is a dataset tool: importing every runtime module (and building the CLI's
+    parser) loads nothing of ``tools``; only the ``convert-bird`` handler imports it."""
+    code = """
+import pkgutil, sys
+import explorer_plugin, shared, writer
+for package in (shared, writer, explorer_plugin):
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if not info.name.endswith("__main__"):
+            __import__(info.name)
+from writer.cli import build_parser
+build_parser()
+print(sorted(m for m in sys.modules if m == "tools" or m.startswith("tools.")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]", out

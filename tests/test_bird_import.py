@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from writer.runner import bundled_cards
+from shared.cards_file import bundled_cards
 
 ROOT = Path(__file__).resolve().parents[1]
 REWORDED = ROOT / "bench" / "fixtures" / "reworded_questions.jsonl"

@@ -10,20 +10,36 @@ from pathlib import Path
 from conftest import free_port, start_server, stop_server
 
 from writer.app import create_app
-from writer.cli import COMMANDS, build_parser, main
+from writer.cli import COMMANDS, build_parser, main, subcommands
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_command_has_help_and_a_readme_entry():
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    assert set(sub.choices) == set(COMMANDS)
+def readme_cli_section() -> str:
+    """The README's CLI section: from its "## CLI" heading to the next heading of that level."""
     readme = (ROOT / "README.md").read_text()
-    for name, sp in sub.choices.items():
+    return readme.split("\n## CLI", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_command_has_help_a_handler_and_a_readme_entry():
+    commands = subcommands(build_parser())
+    assert set(commands) == set(COMMANDS)
+    section = readme_cli_section()
+    for name, sp in commands.items():
         assert COMMANDS[name].strip(), name
         assert sp.format_help().strip(), name
-        assert re.search(rf"`memarc {re.escape(name)}\b", readme), f"README lacks `memarc {name}`"
+        assert re.search(rf"`memarc {re.escape(name)}\b", section), \
+            f"the README's CLI section lacks `memarc {name}`"
+
+
+def test_every_command_line_reaches_a_handler():
+    """Each command, and each subcommand of a command that has them, sets the handler ``main``
+    runs (a command added without one would fail only when used)."""
+    for name, sp in subcommands(build_parser()).items():
+        nested = [a for a in sp._actions if a.__class__.__name__ == "_SubParsersAction"]
+        leaves = [*nested[0].choices.values()] if nested else [sp]
+        for leaf in leaves:
+            assert callable(leaf.get_default("func")), (name, leaf.prog)
 
 
 

@@ -243,7 +243,7 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
         # cards first, while no worker runs: 600 BIRD cards, all pending
         import gzip
 
-        from writer.runner import bundled_cards
+        from shared.cards_file import bundled_cards
         lines = gzip.decompress(bundled_cards().read_bytes()).splitlines()[:600]
         body = b"\n".join(json.dumps(dict(json.loads(x), links=[])).encode() for x in lines)
         r = await env.client.post("/api/workspaces/bird/memory/import", content=body,

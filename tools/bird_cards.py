@@ -1,4 +1,4 @@
-"""Deterministic converter from the public text-to-SQL datasets into a JSON Lines "cards file".
+"""The BIRD converter: the public text-to-SQL datasets into a cards file, deterministically.
 
 Input: the folder ``shared/datasets`` (see its README.md). Output: one card dict per line, in the
 import shape of the memory archive (DESIGN.md section 2): ``key``, ``family``, ``title``, ``scope``,
@@ -33,7 +33,8 @@ What is mapped
   fences.
 
 Every card has ``scope`` null; BIRD dependencies use schema ``public``. Strings are stripped, NUL
-characters removed, and titles cut on a word boundary to 200 characters (ending with "…").
+characters removed, and every field held to the archive's card bounds (:mod:`shared.models`):
+titles and texts cut on a word boundary (ending with "…"), lists cut to their maximum length.
 
 Attribution
 -----------
@@ -41,8 +42,10 @@ The generated cards file is a derived work of BIRD mini-dev (CC BY-SA 4.0, bird-
 commit 2596bf2b), BIRD-CRITIC (data CC BY-SA 4.0, code MIT) and the sqlfluff 4.5.0 rule docs
 (MIT, (c) Alan Cruickshank); it is distributed under CC BY-SA 4.0. See shared/data/ATTRIBUTION.md.
 
-Run: ``python -m shared.bird --datasets ../shared/datasets --out shared/data/bird_cards.jsonl.gz``.
-Standard library only.
+Run: ``memarc convert-bird`` (defaults ``--datasets ../shared/datasets --out
+shared/data/bird_cards.jsonl.gz``), or ``python -m tools.bird_cards --datasets … --out …``, which
+also reports the skipped rows. A dataset tool: the runtime never imports it (``memarc
+convert-bird`` does, inside its handler); it needs only the standard library and shared.models.
 """
 
 from __future__ import annotations
@@ -56,16 +59,17 @@ import re
 import sys
 from pathlib import Path
 
-TITLE_MAX = 200
-TEXT_MAX = 20000
-SQL_MAX = 50000
-CONCEPTS_MAX = 20
-CONCEPT_LEN_MAX = 100
-DEPENDENCIES_MAX = 50
-LINKS_MAX = 50
-SCHEMA = "public"
+from shared.models import (
+    FAMILIES,
+    MAX_CONCEPT,
+    MAX_CONCEPTS,
+    MAX_DEPENDENCIES,
+    MAX_LINKS,
+    MAX_TITLE,
+    content_limit,
+)
 
-FAMILIES = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
+SCHEMA = "public"
 
 BIRD_DATABASES = (
     "california_schools",
@@ -112,8 +116,8 @@ def bound(text: str, limit: int) -> str:
 
 
 def make_title(text: str) -> str:
-    """A one-line title of at most TITLE_MAX characters."""
-    return bound(collapse(text), TITLE_MAX)
+    """A one-line title of at most MAX_TITLE characters."""
+    return bound(collapse(text), MAX_TITLE)
 
 
 def normalise_clause(text: str) -> str:
@@ -138,10 +142,10 @@ def concepts_of(*values: str) -> list[str]:
     """Lower-cased, de-duplicated, bounded concept list (order kept)."""
     out: list[str] = []
     for value in values:
-        concept = collapse(value).lower()[:CONCEPT_LEN_MAX].strip()
+        concept = collapse(value).lower()[:MAX_CONCEPT].strip()
         if concept and concept not in out:
             out.append(concept)
-    return out[:CONCEPTS_MAX]
+    return out[:MAX_CONCEPTS]
 
 
 def dep(database: str, table: str | None = None, column: str | None = None) -> dict:
@@ -155,16 +159,16 @@ def card(key, family, title, content, *, concepts=(), dependencies=(), links=(),
     for name, value in content.items():
         text = clean_text(value)
         if text:
-            body[name] = bound(text, SQL_MAX if name == "sql" else TEXT_MAX)
+            body[name] = bound(text, content_limit(name))
     return {
         "key": key,
         "family": family,
         "title": make_title(title),
         "scope": None,
-        "concepts": list(concepts)[:CONCEPTS_MAX],
-        "dependencies": list(dependencies)[:DEPENDENCIES_MAX],
+        "concepts": list(concepts)[:MAX_CONCEPTS],
+        "dependencies": list(dependencies)[:MAX_DEPENDENCIES],
         "content": body,
-        "links": list(links)[:LINKS_MAX],
+        "links": list(links)[:MAX_LINKS],
         "source": {"dataset": dataset, "record": str(record)},
     }
 
@@ -295,7 +299,7 @@ class SchemaMatcher:
             dep(self.database, t)
             for t in sorted(named_tables - covered, key=self.order.__getitem__)
         ]
-        return entries[:DEPENDENCIES_MAX] or [dep(self.database)]
+        return entries[:MAX_DEPENDENCIES] or [dep(self.database)]
 
 
 def match_schema(matcher: SchemaMatcher, text: str) -> list[dict]:
@@ -622,12 +626,6 @@ def write_cards(cards: list[dict], out_path: Path) -> None:
             handle.write(serialise(cards))
 
 
-def read_cards(path: Path) -> list[dict]:
-    """Read a cards file written by :func:`write_cards`."""
-    with gzip.open(Path(path), "rt", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
 def family_counts(cards: list[dict]) -> dict:
     """Number of cards per family (all four families, fixed order) plus the total."""
     counts = {family: 0 for family in FAMILIES}
@@ -639,7 +637,7 @@ def family_counts(cards: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: convert ``--datasets`` into ``--out``; print counts per family as JSON on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m shared.bird", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bird_cards", description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", type=Path, required=True, help="the shared/datasets folder")
     parser.add_argument("--out", type=Path, required=True, help="output .jsonl.gz path")
     args = parser.parse_args(argv)

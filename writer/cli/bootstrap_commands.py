@@ -1,0 +1,110 @@
+"""Bootstrap commands ``migrate``, ``workspace create``, ``token create|revoke``: migrator login."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from writer.cli.command import CliError, add_command
+
+
+def _settings():
+    """The settings, with the migrator login these commands need.
+
+    :raises CliError: ``no_database``, neither MEMARC_MIGRATOR_DATABASE_URL nor
+        MEMARC_DATABASE_URL is set.
+    """
+    from shared.config import load_settings
+
+    s = load_settings()
+    if not s.migrator_database_url:
+        raise CliError({"error": "set MEMARC_MIGRATOR_DATABASE_URL or MEMARC_DATABASE_URL",
+                        "code": "no_database"})
+    return s
+
+
+def migrate_command(args: argparse.Namespace) -> dict[str, Any]:
+    """``{applied: [file names], schema}``; the login of MEMARC_DATABASE_URL joins the runtime
+    and reader roles."""
+    from shared.store.migrations import login_of, migrate
+
+    s = _settings()
+    applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""))
+    return {"applied": applied, "schema": s.db_schema}
+
+
+def configure_migrate_parser(subparsers: argparse._SubParsersAction) -> None:
+    add_command(subparsers, "migrate",
+                "Apply the numbered SQL migrations with the migrator credentials.", migrate_command)
+
+
+def create_workspace_command(args: argparse.Namespace) -> Any:
+    """``{id, language, created_at, created}`` (``created`` false: it existed, same language)."""
+    from shared.store.bootstrap import create_workspace
+
+    s = _settings()
+    return create_workspace(s.migrator_database_url, s.db_schema, args.workspace_id,
+                            args.language)
+
+
+def configure_workspace_parser(subparsers: argparse._SubParsersAction) -> None:
+    w = add_command(subparsers, "workspace",
+                    "Create a workspace (bootstrap, talks to PostgreSQL directly).", None)
+    wsub = w.add_subparsers(dest="workspace_command", required=True)
+    wc = wsub.add_parser("create", help="Create a workspace.")
+    wc.set_defaults(func=create_workspace_command)
+    wc.add_argument("workspace_id", help="workspace id: a-z, 0-9, '_' and '-'")
+    wc.add_argument("--language", choices=["en", "it"], default="en",
+                    help="language of BM25 stemming (default en)")
+
+
+def create_token_command(args: argparse.Namespace) -> Any:
+    """``{token, id, workspace, permissions, database, schema}``: the secret is printed once (only
+    its digest is stored); default permission ``memory.read``.
+
+    :raises CliError: ``bad_input``, ``--expires-in-days`` below 1.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from shared.store.bootstrap import create_token
+
+    s = _settings()
+    if args.expires_in_days is not None and args.expires_in_days < 1:
+        raise CliError({"error": "--expires-in-days must be at least 1", "code": "bad_input"})
+    expires = (datetime.now(timezone.utc) + timedelta(days=args.expires_in_days)
+               if args.expires_in_days else None)
+    return create_token(s.migrator_database_url, s.db_schema, args.workspace,
+                        args.permission or ["memory.read"], database=args.database,
+                        db_schema=args.schema, label=args.label, expires_at=expires)
+
+
+def revoke_token_command(args: argparse.Namespace) -> Any:
+    """``{revoked: token id, workspace}``."""
+    from shared.store.bootstrap import revoke_token
+
+    s = _settings()
+    return revoke_token(s.migrator_database_url, s.db_schema, args.token_id)
+
+
+def configure_token_parser(subparsers: argparse._SubParsersAction) -> None:
+    t = add_command(subparsers, "token",
+                    "Create or revoke an API token (bootstrap, talks to PostgreSQL directly).",
+                    None)
+    tsub = t.add_subparsers(dest="token_command", required=True)
+    tc = tsub.add_parser("create", help="Create a token; printed once as JSON {token, ...}.")
+    tc.set_defaults(func=create_token_command)
+    tc.add_argument("--workspace", required=True, help="workspace the token is bound to")
+    tc.add_argument("--permission", action="append",
+                    choices=["memory.read", "memory.manage", "memory.review", "memory.schema"],
+                    help="repeatable; default memory.read")
+    tc.add_argument("--database", help="bind recall to this database")
+    tc.add_argument("--schema", help="bind recall to this schema (needs --database)")
+    tc.add_argument("--label", help="free text to recognise the token by")
+    tc.add_argument("--expires-in-days", type=int, help="expire after this many days")
+    tr = tsub.add_parser("revoke", help="Revoke a token by its id.")
+    tr.set_defaults(func=revoke_token_command)
+    tr.add_argument("token_id", help="the token's id (not the secret)")
+
+
+#: The bootstrap commands, in the order of ``memarc --help``.
+PARSERS = (configure_migrate_parser, configure_workspace_parser, configure_token_parser)

@@ -1,0 +1,70 @@
+"""``memarc up --demo``: the demo workspace and its token, the cards import and its progress."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from shared.archive.cards import Archive
+from shared.auth import Principal
+from shared.cards_file import read_cards
+from shared.config import Settings
+from shared.store.bootstrap import create_token, create_workspace, revoke_labelled_tokens
+
+#: Label of the token each ``memarc up --demo`` prints; a new start revokes the previous one.
+DEMO_TOKEN_LABEL = "memarc up demo"
+
+
+def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
+    """Create ``workspace`` (language ``en``) if it does not exist, revoke the token of the
+    previous demo start and create a new ``memory.manage`` + ``memory.review`` token, returned as
+    :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret, …}``).
+
+    Uses the migrator credentials; raises what bootstrap raises (psycopg errors).
+    """
+    create_workspace(settings.migrator_database_url, settings.db_schema, workspace, "en")
+    # one live demo token at a time: the previous start's is revoked, this one printed
+    revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema, workspace,
+                           DEMO_TOKEN_LABEL)
+    return create_token(settings.migrator_database_url, settings.db_schema, workspace,
+                        ["memory.manage", "memory.review"], label=DEMO_TOKEN_LABEL)
+
+
+async def load_demo_cards(archive: Archive, principal: Principal, workspace: str,
+                          cards_path: Path, out: TextIO) -> None:
+    """Import ``cards_path`` into ``workspace`` if it has no cards, then print the projection
+    progress to ``out`` once a second until every card is projected, ending with a JSON line
+    ``{"demo_ready": true, "cards", "by_family", "seconds_to_import_and_project"}``. A workspace
+    that already has cards is left alone (one ``demo_ready`` line with a ``note``).
+
+    :raises InvalidInput: a line of the cards file is invalid (nothing is imported).
+    """
+    status = await archive.status(principal, workspace)
+    if status["cards"] == 0:
+        started = time.monotonic()
+        cards = read_cards(cards_path)
+        result = await archive.import_cards(principal, workspace, cards)
+        print(json.dumps({"imported": result.created, "by_family": result.by_family}), file=out,
+              flush=True)
+        last = -1
+        while True:
+            status = await archive.status(principal, workspace)
+            if status["current"] != last:
+                last = status["current"]
+                print(f"projected {status['current']}/{status['cards']} cards "
+                      f"({time.monotonic() - started:.1f} s)", file=out, flush=True)
+            if status["current"] >= status["cards"]:
+                break
+            await asyncio.sleep(1.0)
+        print(json.dumps({"demo_ready": True, "workspace": workspace,
+                          "cards": status["cards"], "by_family": status["by_family"],
+                          "seconds_to_import_and_project": round(time.monotonic() - started, 1)}),
+              file=out, flush=True)
+    else:
+        print(json.dumps({"demo_ready": True, "workspace": workspace, "cards": status["cards"],
+                          "by_family": status["by_family"], "current": status["current"],
+                          "note": "workspace already had cards; nothing imported"}),
+              file=out, flush=True)
