@@ -1,5 +1,6 @@
-"""Privacy filter: obvious secrets are redacted before anything leaves PostgreSQL for the
-embedding model or the index (issue 8, DESIGN §4 and §8).
+"""The privacy filter: obvious secrets redacted before any text leaves PostgreSQL for the index.
+
+Nothing reaches the embedding model or the index unfiltered (issue 8, DESIGN §4 and §8).
 
 What the projection sends out, and so what this module filters:
 

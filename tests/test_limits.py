@@ -19,8 +19,8 @@ import psycopg
 from conftest import archive_row_counts
 
 from shared import models
+from shared.archive.authentication import FailedAuthLog
 from shared.archive.cards import MAX_IMPORT_CARDS
-from shared.auth import FailedAuthLog
 from writer.app import MAX_IMPORT_BYTES, create_app
 
 BASE = "/api/workspaces/acme/memory"

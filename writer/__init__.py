@@ -1,0 +1,1 @@
+"""The writer: the Litestar API, the ``memarc`` command line and the process runner."""

@@ -23,9 +23,10 @@ from litestar.types import Scope
 
 from shared import models
 from shared.archive.activity import record_rejection
+from shared.archive.authentication import FailedAuthLog
 from shared.archive.cards import (Archive, CardDetail, CardPage, DeleteResult, ImportResult,
                                   PendingPage, RetryResult, WriteResult)
-from shared.auth import FailedAuthLog, Principal
+from shared.auth import Principal
 from shared.config import Settings
 from shared.errors import (ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput,
                            UnsupportedEncoding)

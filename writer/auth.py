@@ -15,7 +15,8 @@ from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from shared.auth import Principal, authenticate
+from shared.archive.authentication import authenticate
+from shared.auth import Principal
 from shared.errors import BadRequest, Unauthorized
 
 PRINCIPAL_KEY = "memarc_principal"
@@ -34,7 +35,7 @@ def principal_of(scope: Any) -> Principal | None:
 async def authorize(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     """Guard: authenticate ``Authorization: Bearer <token>``, then check the path's workspace and
     the route's permission. A failed authentication is counted and logged with the caller's
-    address (never the token) by the app's :class:`~shared.auth.FailedAuthLog`.
+    address (never the token) by the app's :class:`~shared.archive.authentication.FailedAuthLog`.
 
     :raises Unauthorized: missing, unknown, revoked or expired token (401).
     :raises NotFound: the token belongs to another workspace (404).

@@ -1,0 +1,1 @@
+"""Bundled data: the BIRD cards file of the demo and its attribution."""

@@ -1,2 +1,5 @@
-"""Projection: from the outbox to the index (projecting operations, the queue, the arq jobs,
-rebuild, and the reconciliation audit of the index against PostgreSQL)."""
+"""Projection: from the outbox to the index, its queue and worker jobs, rebuild, and the audit.
+
+Projecting operations from current state, the arq queue and jobs, the tracked rebuild, and the
+reconciliation audit of the index against PostgreSQL.
+"""

@@ -1,5 +1,6 @@
-"""Bootstrap commands that talk to PostgreSQL directly with the migrator credentials
-(DESIGN §8): create workspaces, create and revoke API tokens. Everything else goes through the
+"""Bootstrap with the migrator login (DESIGN §8): create workspaces, create and revoke API tokens.
+
+These talk to PostgreSQL directly with the migrator credentials. Everything else goes through the
 writer API.
 """
 
