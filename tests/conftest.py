@@ -1,4 +1,7 @@
-"""Test fixtures: real PostgreSQL, real Redis, Qdrant through qdrant-client, fastembed models.
+"""Test fixtures and pytest hooks: real PostgreSQL, real Redis, embedded Qdrant, fastembed models.
+
+Helpers that tests call (the :class:`~helpers.Env` of ``make_env``, servers, index points, row
+counts, ``skip_or_fail``) are in ``tests/helpers.py``; this module holds fixtures and hooks only.
 
 - PostgreSQL: ``MEMARC_TEST_DATABASE_URL`` (a superuser URL; each test gets a fresh database cloned
   from a migrated template), else an embedded server from ``pgserver``.
@@ -13,34 +16,27 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 import pytest
+from helpers import ENGINES, Env, model_env, with_database
 
 from shared.config import Settings, load_settings
 from shared.index.embedding import Embedder
-from shared.projection.jobs import build_worker
+from shared.index.engine import IndexEngine
 from shared.resources import Resources
-from shared.store.bootstrap import create_token, create_workspace
 from shared.store.migrations import migrate
 from writer.app import create_app
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_MODELS = ROOT.parent / "shared" / "models"
-
-
-def _with_db(url: str, dbname: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +58,7 @@ def template_db(pg_admin_url: str) -> str:
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
-    url = _with_db(pg_admin_url, name)
+    url = with_database(pg_admin_url, name)
     migrate(url, "memory", runtime_login=urlsplit(url).username or None)
     yield name
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
@@ -78,7 +74,7 @@ def fresh_db(pg_admin_url: str, template_db: str) -> str:
     name = f"memarc_t_{os.getpid()}_{next(_db_counter)}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield _with_db(pg_admin_url, name)
+    yield with_database(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -89,7 +85,7 @@ def empty_db(pg_admin_url: str) -> str:
     name = f"memarc_e_{os.getpid()}_{next(_db_counter)}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield _with_db(pg_admin_url, name)
+    yield with_database(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -124,67 +120,12 @@ def redis_url(redis_base_url: str) -> str:
     return url
 
 
-def model_env() -> dict[str, str]:
-    """Model settings: the environment's, else the team's offline copies when present."""
-    env = {}
-    for key, folder in (("MEMARC_DENSE_MODEL_PATH", "all-MiniLM-L6-v2-onnx"),
-                        ("MEMARC_BM25_MODEL_PATH", "bm25")):
-        value = os.environ.get(key) or (str(SHARED_MODELS / folder)
-                                        if (SHARED_MODELS / folder).exists() else "")
-        if value:
-            env[key] = value
-    return env
-
-
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """One fastembed embedder (dense + BM25) for the whole session."""
     e = Embedder(load_settings(model_env()))
     e.load(("en", "it"))
     return e
-
-
-@dataclass
-class Env:
-    """One test's archive: settings, resources, an HTTP client on the writer, helpers."""
-
-    settings: Settings
-    resources: Resources
-    client: httpx.AsyncClient
-    migrator_url: str
-
-    def workspace(self, name: str, language: str = "en") -> None:
-        create_workspace(self.migrator_url, "memory", name, language)
-
-    def scalar(self, query: str, *params: Any) -> Any:
-        """The first column of the first row of ``query``, as the database owner (no RLS)."""
-        with psycopg.connect(self.migrator_url) as conn:
-            return conn.execute(query, params).fetchone()[0]
-
-    def token(self, workspace: str, *permissions: str, **kw: Any) -> dict[str, str]:
-        perms = list(permissions) or ["memory.manage"]
-        tok = create_token(self.migrator_url, "memory", workspace, perms, **kw)["token"]
-        return {"Authorization": f"Bearer {tok}"}
-
-    async def drain(self, max_jobs: int = 2) -> None:
-        """Run a burst worker until the queue is empty."""
-        worker = build_worker(self.resources, burst=True, max_jobs=max_jobs, poll_delay=0.05)
-        try:
-            await worker.main()
-        finally:
-            await worker.close()
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip a test whose environment is missing (no chromium, no datasets folder, PostgreSQL
-    only over a socket), or fail it when ``MEMARC_NO_SKIP`` is set: ``.ci/run`` sets it, so in CI
-    every test runs or the run is red."""
-    if os.environ.get("MEMARC_NO_SKIP"):
-        pytest.fail(f"MEMARC_NO_SKIP is set, but: {reason}")
-    pytest.skip(reason)
-
-
-ENGINES = ("edge", "local")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -203,11 +144,20 @@ def index_engine(request: pytest.FixtureRequest) -> str | None:
 @pytest.fixture
 def make_env(fresh_db: str, redis_url: str, embedder: Embedder, index_engine: str | None,
              tmp_path: Path) -> Callable[..., Any]:
-    """Factory: ``async with make_env() as env`` builds the archive over the test's services."""
-    from contextlib import asynccontextmanager
+    """Factory: ``async with make_env(**settings) as env`` builds the archive (an
+    :class:`~helpers.Env`) over the test's database, Redis database and a temporary data folder.
+
+    ``engine`` picks the embedded index engine (default: the ``index_engine`` fixture);
+    ``index``, a function of the settings, builds the index engine instead of
+    :func:`~shared.resources.open_index` (a test's engine with a faulty client); other keywords
+    are settings. On the way out everything is closed and the garbage collected, so that an
+    unclosed connection or stream is reported in the test that left it (issue 14).
+    """
 
     @asynccontextmanager
-    async def factory(engine: str | None = None, **overrides: Any) -> AsyncIterator[Env]:
+    async def factory(engine: str | None = None,
+                      index: Callable[[Settings], IndexEngine] | None = None,
+                      **overrides: Any) -> AsyncIterator[Env]:
         engine = engine or index_engine
         if engine:
             overrides.setdefault("index_engine", engine)
@@ -218,102 +168,16 @@ def make_env(fresh_db: str, redis_url: str, embedder: Embedder, index_engine: st
         settings = load_settings(model_env(), **values)
         resources = await Resources.open(settings, with_index=True)
         resources.embedder = embedder
+        if index is not None:
+            await resources.index.close()  # never opened: nothing to release
+            resources.index = index(settings)
         app = create_app(settings, resources)
         try:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://memarc.test") as client:
-                yield Env(settings, resources, client, fresh_db)
+                yield Env(settings, resources, client, fresh_db, app)
         finally:
             await resources.close()
+            gc.collect()
 
     return factory
-
-
-async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None = None,
-                      **payload_overrides: Any) -> uuid.UUID:
-    """Write a point straight into the workspace ``acme``'s index, bypassing PostgreSQL (a
-    ghost, forged or misplaced point), with real embeddings of the card's projected text;
-    ``pid`` defaults to the card's own id."""
-    from shared.index.engine import PointIn
-    from shared.models import Card
-    from shared.projection.project import payload, projected_text
-
-    card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
-    dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
-    pid = pid or uuid.UUID(card.id[4:])
-    await env.resources.index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
-                                                      payload={**payload(card), **payload_overrides})])
-    return pid
-
-
-async def make_incompatible_collection(index, workspace: str, dimension: int = 384) -> None:
-    """Replace the workspace collection by one without the BM25 vector (an old deployment), on
-    either embedded engine."""
-    from shared.index.edge import QdrantEdgeEngine
-
-    await index.drop(workspace)
-    if isinstance(index, QdrantEdgeEngine):
-        import qdrant_edge as qe
-
-        physical = f"{index.collection(workspace)}__legacy"
-        folder = index.root / physical / "shard"
-        folder.mkdir(parents=True)
-        qe.EdgeShard.create(str(folder), qe.EdgeConfig(vectors={
-            "dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})).close()
-        index._write_pointers({**index._pointers(), index.collection(workspace): physical})
-    else:
-        from qdrant_client import models as qm
-
-        await index._call(lambda c: c.create_collection(index.collection(workspace), vectors_config={
-            "dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)}))
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def start_server(app: Any) -> tuple[Any, Any, str]:
-    """Serve an ASGI app with uvicorn on a free loopback port in this event loop; returns
-    ``(server, task, base_url)`` for :func:`stop_server`."""
-    import asyncio
-
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    return server, task, f"http://127.0.0.1:{port}"
-
-
-async def stop_server(server: Any, task: Any) -> None:
-    """Stop a server started by :func:`start_server`."""
-    server.should_exit = True
-    await task
-
-
-def archive_tables(conn: psycopg.Connection, schema: str = "memory") -> list[str]:
-    """Every ordinary or partitioned table of the archive schema, from the catalogue."""
-    rows = conn.execute(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", [schema])
-    return [r[0] for r in rows]
-
-
-def archive_row_counts(conn: psycopg.Connection, schema: str = "memory") -> dict[str, int]:
-    """Row count of every table of the archive schema (as the connection's role: a superuser
-    sees every workspace)."""
-    from psycopg import sql
-
-    tables = archive_tables(conn, schema)
-    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join(
-        sql.SQL("(SELECT count(*) FROM {}.{})").format(sql.Identifier(schema), sql.Identifier(t))
-        for t in tables))
-    return dict(zip(tables, conn.execute(query).fetchone()))

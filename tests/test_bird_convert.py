@@ -17,7 +17,7 @@ REPO = Path(__file__).parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from conftest import skip_or_fail  # noqa: E402
+from helpers import skip_or_fail  # noqa: E402
 
 from shared import models  # noqa: E402
 from tools import bird_cards as bird  # noqa: E402

@@ -88,14 +88,20 @@ def csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-async def test_workspaces_visible_only_with_permission(make_env, explorer):
-    async with make_env() as env:
-        env.workspace("acme")
-        env.workspace("other")
-        mine = await create(env, "acme", CHURN_DEF, env.token("acme"))
-        theirs = await create(env, "other", ORDERS_RULE, env.token("other"))
-        ds = explorer(env, {"alice": ["acme"], "bob": "*"})
+async def _acme_and_other(env, explorer) -> tuple[Datasette, dict[str, Any], dict[str, Any]]:
+    """Workspaces acme (a definition) and other (a rule); alice sees acme, bob every workspace.
+    Returns (explorer, acme's card, other's card)."""
+    env.workspace("acme")
+    env.workspace("other")
+    mine = await create(env, "acme", CHURN_DEF, env.token("acme"))
+    theirs = await create(env, "other", ORDERS_RULE, env.token("other"))
+    return explorer(env, {"alice": ["acme"], "bob": "*"}), mine, theirs
 
+
+async def test_the_workspace_list_shows_the_actors_workspaces_only_in_every_format(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, _, _ = await _acme_and_other(env, explorer)
         r = await get(ds, "/-/memory")
         assert r.status_code == 200
         assert 'href="/-/memory/acme"' in r.text and "other" not in r.text
@@ -111,7 +117,11 @@ async def test_workspaces_visible_only_with_permission(make_env, explorer):
                                      "created_at": csv_rows(r.text)[0]["created_at"]}]
         assert 'href="/-/memory.csv"' in (await get(ds, "/-/memory")).text
 
-        # Every page of a workspace without access is a 404, worded like a missing workspace.
+
+async def test_every_page_of_a_workspace_without_access_is_a_404_worded_like_a_missing_one(
+        make_env, explorer, subtests):
+    async with make_env() as env:
+        ds, mine, theirs = await _acme_and_other(env, explorer)
         missing = await get(ds, "/-/memory/nope")
         assert missing.status_code == 404 and "no workspace &#39;nope&#39;" in missing.text
         for path in ("/-/memory/other", "/-/memory/other.json", "/-/memory/other.csv",
@@ -119,13 +129,19 @@ async def test_workspaces_visible_only_with_permission(make_env, explorer):
                      "/-/memory/other/-/pending.csv", "/-/memory/other/-/recall?q=revenue",
                      f"/-/memory/other/{theirs['id']}", f"/-/memory/other/{theirs['id']}.json",
                      f"/-/memory/other/{mine['id']}"):
-            r = await get(ds, path)
-            assert r.status_code == 404, path
-            assert theirs["id"] not in r.text and "Net revenue" not in r.text, path
-            if ".json" in path:
-                assert r.json()["ok"] is False and r.json()["error"] == "no workspace 'other'"
-            else:
-                assert "no workspace &#39;other&#39;" in r.text, path
+            with subtests.test(path=path):
+                r = await get(ds, path)
+                assert r.status_code == 404, path
+                assert theirs["id"] not in r.text and "Net revenue" not in r.text, path
+                if ".json" in path:
+                    assert r.json()["ok"] is False and r.json()["error"] == "no workspace 'other'"
+                else:
+                    assert "no workspace &#39;other&#39;" in r.text, path
+
+
+async def test_another_workspaces_card_or_a_malformed_id_is_a_plain_404(make_env, explorer):
+    async with make_env() as env:
+        ds, _, theirs = await _acme_and_other(env, explorer)
         # Another workspace's card id under a visible workspace is a plain missing card.
         r = await get(ds, f"/-/memory/acme/{theirs['id']}")
         assert r.status_code == 404 and "Net revenue" not in r.text
@@ -135,37 +151,48 @@ async def test_workspaces_visible_only_with_permission(make_env, explorer):
         for path in ("/-/memory/ACME", "/-/memory/acme/not-a-card", "/-/memory/acme/mem-123"):
             assert (await get(ds, path)).status_code == 404, path
 
-        # "*" and the root actor see every workspace.
-        for actor in ("bob", "root"):
-            r = await get(ds, "/-/memory.json", actor=actor)
-            assert [w["id"] for w in r.json()["workspaces"]] == ["acme", "other"], actor
-            r = await get(ds, f"/-/memory/other/{theirs['id']}", actor=actor)
-            assert r.status_code == 200 and "Net revenue excludes cancelled orders" in r.text
 
-        # An unmapped actor and the anonymous actor see nothing.
-        for actor in ("mallory", None):
-            r = await get(ds, "/-/memory", actor=actor)
-            assert r.status_code == 200 and "No workspace is visible to you" in r.text
-            assert "acme" not in r.text and "other" not in r.text
-            assert (await get(ds, "/-/memory.json", actor=actor)).json() == {"workspaces": []}
-            assert (await get(ds, "/-/memory/acme", actor=actor)).status_code == 404
-            assert (await get(ds, f"/-/memory/acme/{mine['id']}", actor=actor)).status_code == 404
-
-
-async def test_list_filters_search_pagination_and_exports(make_env, explorer):
+@pytest.mark.parametrize("actor", ["bob", "root"])
+async def test_star_and_the_root_actor_see_every_workspace(make_env, explorer, actor):
     async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        rules = []
-        for i in range(25):
-            rules.append(await create(env, "acme", dict(
-                ORDERS_RULE, title=f"Rule {i:02d} on orders",
-                content={"rule": f"Rule number {i} about orders."}), h))
-        defs = [await create(env, "acme", dict(CHURN_DEF, title=f"Churn definition {i}"), h)
-                for i in range(3)]
-        await create(env, "acme", SOLVED, h)
-        ds = explorer(env, {"alice": ["acme"]})
+        ds, _, theirs = await _acme_and_other(env, explorer)
+        r = await get(ds, "/-/memory.json", actor=actor)
+        assert [w["id"] for w in r.json()["workspaces"]] == ["acme", "other"], actor
+        r = await get(ds, f"/-/memory/other/{theirs['id']}", actor=actor)
+        assert r.status_code == 200 and "Net revenue excludes cancelled orders" in r.text
 
+
+@pytest.mark.parametrize("actor", ["mallory", None], ids=["unmapped", "anonymous"])
+async def test_an_unmapped_or_anonymous_actor_sees_nothing(make_env, explorer, actor):
+    async with make_env() as env:
+        ds, mine, _ = await _acme_and_other(env, explorer)
+        r = await get(ds, "/-/memory", actor=actor)
+        assert r.status_code == 200 and "No workspace is visible to you" in r.text
+        assert "acme" not in r.text and "other" not in r.text
+        assert (await get(ds, "/-/memory.json", actor=actor)).json() == {"workspaces": []}
+        assert (await get(ds, "/-/memory/acme", actor=actor)).status_code == 404
+        assert (await get(ds, f"/-/memory/acme/{mine['id']}", actor=actor)).status_code == 404
+
+
+async def _list_of_29(env, explorer) -> tuple[Datasette, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Workspace acme with 25 rules, then 3 definitions, then a solved question (all pending);
+    returns (alice's explorer, the rules, the definitions)."""
+    env.workspace("acme")
+    h = env.token("acme")
+    rules = []
+    for i in range(25):
+        rules.append(await create(env, "acme", dict(
+            ORDERS_RULE, title=f"Rule {i:02d} on orders",
+            content={"rule": f"Rule number {i} about orders."}), h))
+    defs = [await create(env, "acme", dict(CHURN_DEF, title=f"Churn definition {i}"), h)
+            for i in range(3)]
+    await create(env, "acme", SOLVED, h)
+    return explorer(env, {"alice": ["acme"]}), rules, defs
+
+
+async def test_the_list_pages_its_cards_most_recently_updated_first(make_env, explorer):
+    async with make_env() as env:
+        ds, _, _ = await _list_of_29(env, explorer)
         r = await get(ds, "/-/memory/acme")
         assert r.status_code == 200
         assert "29 cards" in r.text and rows(r.text) == 20
@@ -179,7 +206,10 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert rows(r.text) == 5 and "page 3 of 6" in r.text
         assert 'href="/-/memory/acme?_size=5&amp;_page=4"' in r.text
 
-        # family filter (repeatable), with facet counts of the other values
+
+async def test_the_family_filter_repeats_and_facets_count_the_other_values(make_env, explorer):
+    async with make_env() as env:
+        ds, _, _ = await _list_of_29(env, explorer)
         r = await get(ds, "/-/memory/acme?family=sql_rule")
         assert "25 cards" in r.text and rows(r.text) == 20
         assert '<option value="sql_rule" selected>' in r.text
@@ -188,13 +218,11 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert 'sql_rule &middot; 25 <a href="/-/memory/acme" class="cross">' in r.text
         r = await get(ds, "/-/memory/acme?family=sql_rule&family=domain_clarification")
         assert "28 cards" in r.text
-        # a misspelt filter is refused by name, on the page and its exports, never ignored
-        for path in ("/-/memory/acme?concept=revenue", "/-/memory/acme.json?famly=sql_rule",
-                     "/-/memory/acme.csv?concept=revenue"):
-            r = await get(ds, path)
-            assert r.status_code in (400, 422), (path, r.status_code)
-            assert ("concept" in r.text or "famly" in r.text) and "unknown parameter" in r.text
-        # text search and id search, combined with filters before pagination
+
+
+async def test_text_id_and_origin_searches_combine_with_filters_before_paging(make_env, explorer):
+    async with make_env() as env:
+        ds, rules, _ = await _list_of_29(env, explorer)
         r = await get(ds, "/-/memory/acme?q=churn")
         assert "3 cards" in r.text and rows(r.text) == 3
         r = await get(ds, "/-/memory/acme?q=churn&family=sql_rule")
@@ -207,16 +235,34 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert "0 cards" in r.text
         r = await get(ds, "/-/memory/acme?origin=manual&family=domain_clarification")
         assert "3 cards" in r.text
+
+
+async def test_a_misspelt_or_bad_list_parameter_is_refused_with_its_message(
+        make_env, explorer, subtests):
+    async with make_env() as env:
+        ds, _, _ = await _list_of_29(env, explorer)
+        # a misspelt filter is refused by name, on the page and its exports, never ignored
+        for path in ("/-/memory/acme?concept=revenue", "/-/memory/acme.json?famly=sql_rule",
+                     "/-/memory/acme.csv?concept=revenue"):
+            with subtests.test(path=path):
+                r = await get(ds, path)
+                assert r.status_code in (400, 422), (path, r.status_code)
+                assert ("concept" in r.text or "famly" in r.text) and "unknown parameter" in r.text
         # bad parameters are 400s with the message
         for qs, message in (("family=nope", "unknown family"), ("_size=101", "_size must be between"),
                             ("_page=0", "_page must be between"), ("_size=x", "must be an integer"),
                             ("origin=web", "unknown origin")):
-            r = await get(ds, f"/-/memory/acme?{qs}")
-            assert r.status_code == 400 and message in r.text, qs
+            with subtests.test(query=qs):
+                r = await get(ds, f"/-/memory/acme?{qs}")
+                assert r.status_code == 400 and message in r.text, qs
         r = await get(ds, "/-/memory/acme.json?family=nope")
         assert r.status_code == 400 and r.json()["code"] == "invalid_input"
 
-        # .json with the same filters
+
+async def test_the_json_export_takes_the_same_filters_and_datasettes_array_shape(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, _, defs = await _list_of_29(env, explorer)
         r = await get(ds, "/-/memory/acme.json?family=sql_rule&_size=10&_page=3")
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
         body = r.json()
@@ -232,7 +278,10 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         r = await get(ds, "/-/memory/acme.json", q=defs[0]["id"])
         assert [c["id"] for c in r.json()["cards"]] == [defs[0]["id"]]
 
-        # .csv with the same filters
+
+async def test_the_csv_export_takes_the_same_filters_and_streams_every_row(make_env, explorer):
+    async with make_env() as env:
+        ds, _, _ = await _list_of_29(env, explorer)
         r = await get(ds, "/-/memory/acme.csv?family=sql_rule&_size=3")
         assert r.status_code == 200
         table = csv_rows(r.text)
@@ -249,32 +298,44 @@ async def test_list_filters_search_pagination_and_exports(make_env, explorer):
         assert len(csv_rows(r.text)) == 25
 
 
-async def test_list_physical_context_concepts_dates_sort_and_facet_links(make_env, explorer):
-    """The one-entry rule, concepts (all of), the updated range and sorting through the explorer's
-    URL parameters; facet links replace a single-valued filter and clear what depends on it."""
+async def _alpha_bravo_charlie(env, explorer):
+    """Workspace acme with three rules: Alpha (db1.s.orders.id and db1.s.customers.name;
+    concepts sales, keys), Bravo (db1.s.orders; sales; last updated 2020-06-01) and Charlie
+    (db2.s.customers.id). Returns (alice's explorer, Alpha, Bravo, ``titles(**params)``: the
+    titles the list's JSON answers for these parameters)."""
     def body(title, deps, concepts=()):
         return {"family": "sql_rule", "title": title, "content": {"rule": f"{title}."},
                 "dependencies": deps, "concepts": list(concepts)}
 
+    env.workspace("acme")
+    h = env.token("acme")
+    alpha = await create(env, "acme", body("Alpha", [
+        {"database": "db1", "schema": "s", "table": "orders", "column": "id"},
+        {"database": "db1", "schema": "s", "table": "customers", "column": "name"}],
+        ["sales", "keys"]), h)
+    bravo = await create(env, "acme", body("Bravo", [
+        {"database": "db1", "schema": "s", "table": "orders"}], ["sales"]), h)
+    await create(env, "acme", body("Charlie", [
+        {"database": "db2", "schema": "s", "table": "customers", "column": "id"}]), h)
+    with psycopg.connect(env.migrator_url) as conn:
+        conn.execute("UPDATE memory.cards SET updated_at = '2020-06-01T12:00:00Z' WHERE id = %s",
+                     [uuid.UUID(bravo["id"][4:])])
+    ds = explorer(env, {"alice": ["acme"]})
+
+    async def titles(**params):
+        r = await get(ds, "/-/memory/acme.json", **params)
+        assert r.status_code == 200, r.text
+        return [c["title"] for c in r.json()["cards"]]
+
+    return ds, alpha, bravo, titles
+
+
+async def test_one_dependency_entry_must_carry_every_level_and_facet_links_follow_the_levels(
+        make_env, explorer):
+    """The one-entry rule through the explorer's URL parameters; facet links replace a
+    single-valued filter and clear what depends on it."""
     async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        alpha = await create(env, "acme", body("Alpha", [
-            {"database": "db1", "schema": "s", "table": "orders", "column": "id"},
-            {"database": "db1", "schema": "s", "table": "customers", "column": "name"}],
-            ["sales", "keys"]), h)
-        bravo = await create(env, "acme", body("Bravo", [
-            {"database": "db1", "schema": "s", "table": "orders"}], ["sales"]), h)
-        await create(env, "acme", body("Charlie", [
-            {"database": "db2", "schema": "s", "table": "customers", "column": "id"}]), h)
-        ds = explorer(env, {"alice": ["acme"]})
-
-        async def titles(**params):
-            r = await get(ds, "/-/memory/acme.json", **params)
-            assert r.status_code == 200, r.text
-            return [c["title"] for c in r.json()["cards"]]
-
-        # one dependency entry must carry every level given
+        ds, _, _, titles = await _alpha_bravo_charlie(env, explorer)
         assert await titles(database="db1", table="orders", column="name") == []
         assert await titles(database="db1", table="customers", column="name") == ["Alpha"]
         assert await titles(database="db1", table="orders", _sort="title") == ["Alpha", "Bravo"]
@@ -288,19 +349,26 @@ async def test_list_physical_context_concepts_dates_sort_and_facet_links(make_en
         r = await get(ds, "/-/memory/acme?database=db1&table=customers")
         assert '<a href="/-/memory/acme?database=db2">db2</a> 1' in r.text
         assert (await get(ds, "/-/memory/acme?table=orders")).status_code == 400
+
+
+async def test_the_list_filters_by_all_of_its_concepts_and_by_updated_range(make_env, explorer):
+    async with make_env() as env:
+        ds, _, _, titles = await _alpha_bravo_charlie(env, explorer)
         # concepts: all of
         assert await titles(concepts=["sales", "keys"]) == ["Alpha"]
         assert await titles(concepts="sales", _sort="title") == ["Alpha", "Bravo"]
         # updated range (dates are UTC days; before is exclusive)
-        with psycopg.connect(env.migrator_url) as conn:
-            conn.execute("UPDATE memory.cards SET updated_at = '2020-06-01T12:00:00Z' WHERE id = %s",
-                         [uuid.UUID(bravo["id"][4:])])
         assert await titles(updated_before="2021-01-01") == ["Bravo"]
         assert "Bravo" not in await titles(updated_after="2021-01-01")
         assert await titles(updated_after="2020-06-01", updated_before="2020-06-02") == ["Bravo"]
         r = await get(ds, "/-/memory/acme?updated_after=2020-01-01&updated_before=2021-01-01")
         assert 'name="updated_after" value="2020-01-01"' in r.text  # the form keeps the state
-        # sorts, ties by id; the current sort's link reverses it
+
+
+async def test_the_list_sorts_ties_by_id_and_the_current_sorts_link_reverses_it(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, alpha, _, titles = await _alpha_bravo_charlie(env, explorer)
         assert await titles(_sort="title") == ["Alpha", "Bravo", "Charlie"]
         assert await titles(_sort_desc="title") == ["Charlie", "Bravo", "Alpha"]
         assert (await titles())[-1] == "Bravo"  # least recently updated last
@@ -309,17 +377,24 @@ async def test_list_physical_context_concepts_dates_sort_and_facet_links(make_en
         assert 'href="/-/memory/acme/' + alpha["id"] + '"' in r.text
 
 
-async def test_card_detail(make_env, explorer):
-    async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        rule = await create(env, "acme", ORDERS_RULE, h)
-        solved = await create(env, "acme", dict(SOLVED, links=[
-            {"target": rule["id"], "meaning": "applies the <rule>"}]), h)
-        await create(env, "acme", dict(CHURN_DEF, links=[
-            {"target": solved["id"], "meaning": "example query"}]), h)
-        ds = explorer(env, {"alice": ["acme"]})
+async def _linked_cards(env, explorer):
+    """Workspace acme: the orders rule, a solved question linking to it and the churn
+    definition linking to the question (all pending). Returns (alice's explorer, headers, rule,
+    solved question)."""
+    env.workspace("acme")
+    h = env.token("acme")
+    rule = await create(env, "acme", ORDERS_RULE, h)
+    solved = await create(env, "acme", dict(SOLVED, links=[
+        {"target": rule["id"], "meaning": "applies the <rule>"}]), h)
+    await create(env, "acme", dict(CHURN_DEF, links=[
+        {"target": solved["id"], "meaning": "example query"}]), h)
+    return explorer(env, {"alice": ["acme"]}), h, rule, solved
 
+
+async def test_the_card_page_shows_content_sql_dependencies_links_and_pending_projection(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, _, rule, solved = await _linked_cards(env, explorer)
         r = await get(ds, f"/-/memory/acme/{solved['id']}")
         assert r.status_code == 200
         html = r.text
@@ -341,6 +416,10 @@ async def test_card_detail(make_env, explorer):
         assert "<dt>revision</dt><dd>1</dd>" in html
         assert 'href="/-/memory/acme"' in html  # breadcrumbs back to the list
 
+
+async def test_the_card_json_has_the_card_its_links_and_open_operations(make_env, explorer):
+    async with make_env() as env:
+        ds, _, rule, solved = await _linked_cards(env, explorer)
         r = await get(ds, f"/-/memory/acme/{solved['id']}.json")
         body = r.json()
         assert body["card"]["id"] == solved["id"] and body["card"]["index_status"] == "pending"
@@ -348,11 +427,21 @@ async def test_card_detail(make_env, explorer):
         assert body["link_titles"] == {rule["id"]: "Net revenue excludes cancelled orders"}
         assert body["open_operations"][0]["status"] == "pending"
 
+
+async def test_a_projected_card_shows_as_current_without_operations(make_env, explorer):
+    async with make_env() as env:
+        ds, _, _, solved = await _linked_cards(env, explorer)
         await env.drain()
         r = await get(ds, f"/-/memory/acme/{solved['id']}")
         assert 'Projection: <strong class="memarc-status-current">current</strong>' in r.text
         assert '<td class="col-op">' not in r.text
 
+
+async def test_a_failed_operation_shows_on_the_card_with_its_error_and_a_retry_command(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, h, rule, _ = await _linked_cards(env, explorer)
+        await env.drain()
         # an operation that exhausted its attempts shows as failed, with its last error
         r = await env.client.put(f"/api/workspaces/acme/memory/{rule['id']}", headers=h,
                                  json=dict(ORDERS_RULE, title="Net revenue v2", revision=1))
@@ -364,22 +453,34 @@ async def test_card_detail(make_env, explorer):
         r = await get(ds, f"/-/memory/acme/{rule['id']}")
         assert 'Projection: <strong class="memarc-status-failed">failed</strong>' in r.text
         assert "qdrant said &lt;no&gt;" in r.text and "<dt>revision</dt><dd>2</dd>" in r.text
+        assert f"memarc retry --workspace acme {rule['id']}" in r.text
+
+
+async def test_the_cards_concepts_and_dependencies_link_to_the_list_filtered_by_them(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, _, rule, _ = await _linked_cards(env, explorer)
+        r = await get(ds, f"/-/memory/acme/{rule['id']}")
         # concepts and dependencies link to the list filtered by them (one entry: every level)
         assert '<a href="/-/memory/acme?concepts=revenue">revenue</a>' in r.text
         dep = "/-/memory/acme?column=status&amp;database=shop&amp;schema=public&amp;table=orders"
         assert f'<a href="{dep}"' in r.text
         listed = await get(ds, dep.replace("&amp;", "&"))
-        assert rows(listed.text) == 1 and "Net revenue v2" in listed.text
-        assert f"memarc retry --workspace acme {rule['id']}" in r.text
+        assert rows(listed.text) == 1 and "Net revenue excludes cancelled orders" in listed.text
 
 
-async def test_pending_page(make_env, explorer):
+async def _one_pending_card(env, explorer):
+    """Workspace acme with the churn definition (pending); returns (alice's explorer, headers,
+    the card)."""
+    env.workspace("acme")
+    h = env.token("acme")
+    card = await create(env, "acme", CHURN_DEF, h)
+    return explorer(env, {"alice": ["acme"]}), h, card
+
+
+async def test_the_pending_page_lists_open_operations_in_every_format(make_env, explorer):
     async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        card = await create(env, "acme", CHURN_DEF, h)
-        ds = explorer(env, {"alice": ["acme"]})
-
+        ds, _, card = await _one_pending_card(env, explorer)
         r = await get(ds, "/-/memory/acme/-/pending")
         assert r.status_code == 200
         assert "1 incomplete operation" in r.text
@@ -399,6 +500,10 @@ async def test_pending_page(make_env, explorer):
         assert [(t["card_id"], t["status"], t["title"]) for t in table] == [
             (card["id"], "pending", "Churned customer")]
 
+
+async def test_pending_and_activity_pages_keep_their_size_in_every_link(make_env, explorer):
+    async with make_env() as env:
+        ds, h, _ = await _one_pending_card(env, explorer)
         # pages keep their size in every link, with page numbers and a next page
         more = [await create(env, "acme", dict(CHURN_DEF, title=f"More {i}"), h) for i in range(2)]
         r = await get(ds, "/-/memory/acme/-/pending", _size=2)
@@ -413,6 +518,11 @@ async def test_pending_page(make_env, explorer):
         assert '<a href="/-/memory/acme/-/activity?verb=create&amp;_size=2&amp;_page=2">Next page</a>' in r.text
         assert 'href="/-/memory/acme/-/activity.csv?verb=create&amp;_size=2"' in r.text
 
+
+async def test_the_pending_page_empties_after_projection_and_shows_a_deletion_until_done(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, h, card = await _one_pending_card(env, explorer)
         await env.drain()
         r = await get(ds, "/-/memory/acme/-/pending")
         assert "0 incomplete operations" in r.text and "Nothing pending" in r.text
@@ -423,21 +533,31 @@ async def test_pending_page(make_env, explorer):
         assert "<em>deleted card</em>" in r.text and '<td class="col-op">delete</td>' in r.text
 
 
-async def test_recall_page(make_env, explorer):
-    async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        rule = await create(env, "acme", ORDERS_RULE, h)
-        churn = await create(env, "acme", dict(CHURN_DEF, links=[
-            {"target": rule["id"], "meaning": "revenue of churned customers"}]), h)
-        ds = explorer(env, {"alice": ["acme"]})
+async def _rule_and_linked_definition(env, explorer):
+    """Workspace acme: the orders rule and the churn definition linking to it (pending);
+    returns (alice's explorer, rule, definition)."""
+    env.workspace("acme")
+    h = env.token("acme")
+    rule = await create(env, "acme", ORDERS_RULE, h)
+    churn = await create(env, "acme", dict(CHURN_DEF, links=[
+        {"target": rule["id"], "meaning": "revenue of churned customers"}]), h)
+    return explorer(env, {"alice": ["acme"]}), rule, churn
 
+
+async def test_the_recall_page_has_a_form_and_recalls_nothing_before_projection(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, _, _ = await _rule_and_linked_definition(env, explorer)
         r = await get(ds, "/-/memory/acme/-/recall")
         assert r.status_code == 200 and '<input id="memarc-q" type="search" name="q" value="">' in r.text
         # before projection nothing is recalled
         r = await get(ds, "/-/memory/acme/-/recall", q="net revenue cancelled orders", mode="rules")
         assert r.status_code == 200 and "0 results" in r.text
 
+
+async def test_the_recall_page_shows_score_path_ranks_and_exclusions(make_env, explorer):
+    async with make_env() as env:
+        ds, rule, _ = await _rule_and_linked_definition(env, explorer)
         await env.drain()
         r = await get(ds, "/-/memory/acme/-/recall", q="how to compute net revenue", mode="rules")
         assert r.status_code == 200
@@ -447,7 +567,13 @@ async def test_recall_page(make_env, explorer):
         assert '<td class="col-path memarc-path">direct</td>' in r.text
         assert '<strong class="memarc-excluded">0</strong>' in r.text
         assert '<td class="col-seed_rank type-int">1</td>' in r.text
-        # a linked card: path from the seed, as links
+
+
+async def test_the_recall_page_shows_a_linked_cards_path_from_its_seed_as_links(
+        make_env, explorer):
+    async with make_env() as env:
+        ds, rule, churn = await _rule_and_linked_definition(env, explorer)
+        await env.drain()
         r = await get(ds, "/-/memory/acme/-/recall", q="churned customer definition", mode="search",
                       top=5)
         assert r.status_code == 200
@@ -456,20 +582,30 @@ async def test_recall_page(make_env, explorer):
                 f'<a href="/-/memory/acme/{rule["id"]}" title="Net revenue excludes cancelled orders">'
                 f'{rule["id"][4:12]}</a>') in path
 
-        # invalid input: 400 with the message, the form kept
-        for params, message in (({"mode": "everything"}, "mode"), ({"top": "0"}, "top must be"),
-                                ({"mode": "solved", "family": "sql_rule"}, "does not return"),
-                                ({"table": "orders"}, "needs filters.database")):
-            r = await get(ds, "/-/memory/acme/-/recall", q="revenue", **params)
-            assert r.status_code == 400, params
-            assert 'class="message-error"' in r.text and message in r.text, params
-            assert 'value="revenue"' in r.text
 
-        # an unavailable index is a 503 with its message, never an empty result
-        class DownIndex:
-            async def check_collection(self, *args: Any) -> bool:
-                raise IndexUnavailable("Qdrant is unavailable: ConnectError")
+@pytest.mark.parametrize("params, message", [
+    ({"mode": "everything"}, "mode"), ({"top": "0"}, "top must be"),
+    ({"mode": "solved", "family": "sql_rule"}, "does not return"),
+    ({"table": "orders"}, "needs filters.database")],
+    ids=["unknown mode", "top 0", "family outside the mode", "table without database"])
+async def test_invalid_recall_input_is_a_400_with_its_message_and_the_form_kept(
+        make_env, explorer, params, message):
+    async with make_env() as env:
+        ds, _, _ = await _rule_and_linked_definition(env, explorer)
+        r = await get(ds, "/-/memory/acme/-/recall", q="revenue", **params)
+        assert r.status_code == 400, params
+        assert 'class="message-error"' in r.text and message in r.text, params
+        assert 'value="revenue"' in r.text
 
+
+async def test_an_unavailable_index_is_a_503_on_the_recall_page_never_an_empty_result(
+        make_env, explorer):
+    class DownIndex:
+        async def check_collection(self, *args: Any) -> bool:
+            raise IndexUnavailable("Qdrant is unavailable: ConnectError")
+
+    async with make_env() as env:
+        await _rule_and_linked_definition(env, explorer)
         down = explorer(env, {"alice": ["acme"]},
                         resources=dataclasses.replace(env.resources, index=DownIndex()))
         r = await get(down, "/-/memory/acme/-/recall", q="revenue")

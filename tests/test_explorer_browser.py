@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import skip_or_fail, start_server, stop_server
+from helpers import skip_or_fail, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("MEMARC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import msgspec
 import psycopg
-from conftest import free_port, skip_or_fail
+from helpers import free_port, skip_or_fail
 
 from shared.projection.jobs import build_worker, stop_worker
 from shared.projection.reconciliation import audit

@@ -6,8 +6,9 @@ import dataclasses
 
 import msgspec
 import psycopg
-from conftest import make_incompatible_collection
+from helpers import make_incompatible_collection
 
+from shared.index import qdrant
 from shared.index.qdrant import QdrantClientEngine
 from shared.projection.jobs import build_worker
 from shared.projection.queue import ProjectionQueue
@@ -48,7 +49,7 @@ async def test_qdrant_unreachable_save_pending_and_recall_503(make_env):
         dead = QdrantClientEngine(msgspec.structs.replace(env.settings, qdrant_url="http://127.0.0.1:1"))
         live_index = env.resources.index
         env.resources.index = dead
-        env.client._transport.app.state.archive.index = dead
+        env.app.state.archive.index = dead
         r = await env.client.post(BASE, json=CARD, headers=h)
         assert r.status_code == 201 and r.json()["index_status"] == "pending"
         await env.drain()  # the job fails against the dead engine: operation stays pending
@@ -61,7 +62,7 @@ async def test_qdrant_unreachable_save_pending_and_recall_503(make_env):
         assert (await env.client.get(BASE, headers=h)).json()["total"] == 1
         # the index is back: retry converges
         env.resources.index = live_index
-        env.client._transport.app.state.archive.index = live_index
+        env.app.state.archive.index = live_index
         card_id = ops[0]["card_id"]
         r = await env.client.post(f"{BASE}/{card_id}/retry", headers=h)
         assert r.status_code == 202
@@ -130,14 +131,20 @@ async def test_postgresql_unavailable_is_503_with_code(make_env):
 
 
 class FaultyClient:
-    """Fault injection at the index interface: wraps the embedded engine's qdrant-client and,
-    while ``down``, raises the connection error qdrant-client raises when its server is
+    """Fault injection at the index interface: its :meth:`connect`, given to the qdrant-client
+    engine (``QdrantClientEngine(settings, connect=faulty.connect)``), wraps the real client
+    and, while ``down``, raises the connection error qdrant-client raises when its server is
     unreachable (``ResponseHandlingException`` around ``httpx.ConnectError``). It fakes no
     behaviour of the engine: when up, every call goes to the real local-mode client."""
 
-    def __init__(self, client) -> None:
-        self._client = client
+    def __init__(self) -> None:
+        self._client = None
         self.down = False
+
+    def connect(self, settings):
+        """The engine's client: the real one (:func:`shared.index.qdrant.connect`), wrapped."""
+        self._client = qdrant.connect(settings)
+        return self
 
     def __getattr__(self, name):
         attr = getattr(self._client, name)
@@ -157,15 +164,14 @@ class FaultyClient:
 
 async def test_embedded_index_outage_during_save_and_job_then_converges(make_env):
     # wraps qdrant-client's local mode; the Edge outage is tested in test_engines.py
-    async with make_env(engine="local") as env:
+    faulty = FaultyClient()
+    async with make_env(engine="local",
+                        index=lambda s: QdrantClientEngine(s, connect=faulty.connect)) as env:
         env.workspace("acme")
         h = env.token("acme")
-        index = env.resources.index
         r = await env.client.post(BASE, json=CARD, headers=h)
         card = r.json()["card"]
         await env.drain()
-        faulty = FaultyClient(index._open())
-        index._client = faulty
         faulty.down = True
         # save during the outage: committed, pending
         r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json={

@@ -8,7 +8,7 @@ import uuid
 import msgspec
 import psycopg
 import pytest
-from conftest import index_point, make_incompatible_collection
+from helpers import index_point, make_incompatible_collection
 
 from shared.index.edge import QdrantEdgeEngine
 from shared.index.qdrant import QdrantClientEngine
@@ -141,6 +141,14 @@ async def test_raising_the_projection_format_makes_old_projections_pending(make_
             await outbox.check_projection_format(env.resources.db)
 
 
+async def _rebuild(env, h) -> dict:
+    """Request a rebuild through the API, run the worker, return the finished rebuild's row."""
+    r = await env.client.post(f"{BASE}/index", headers=h)
+    assert r.status_code == 202, r.text
+    await env.drain()
+    return (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
+
+
 async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(make_env):
     async with make_env() as env:
         env.workspace("acme")
@@ -157,8 +165,6 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
 
         r = await env.client.post(f"{BASE}/index", headers=h)
         assert r.status_code == 202 and r.json()["status"] == "queued"
-        again = await env.client.post(f"{BASE}/index", headers=h)
-        assert again.status_code == 409
         await env.drain()
         row = (await env.client.get(f"{BASE}/index", headers=h)).json()
         assert row["status"] == "done", row
@@ -167,20 +173,21 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
         assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
         points = await index.scroll_ids("acme")
         assert set(points) == {uuid.UUID(c["id"][4:]) for c in cards}
-        # a second rebuild replaces the aliased collection atomically
-        r = await env.client.post(f"{BASE}/index", headers=h)
+
+
+async def test_a_rebuild_requested_while_one_is_queued_is_refused_and_each_outcome_recorded(
+        make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await _create(env, h, 3)
         await env.drain()
-        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
-        alias = index.collection("acme")
-        assert row["status"] == "done"
-        assert row["summary"]["replaced"].startswith(alias + "__")
-        assert row["summary"]["replaced"] != row["collection"]
-        assert row["collection"].startswith(alias + "__")
-        assert await index.scroll_ids("acme", row["summary"]["replaced"]) == {}
-        assert len((await _search(env, h))["results"]) == 3
-        if isinstance(index, QdrantEdgeEngine):  # the pointer file names the new shard
-            assert not (index.root / row["summary"]["replaced"]).exists()
-            assert index._pointers()[alias] == row["collection"]
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        assert r.status_code == 202 and r.json()["status"] == "queued"
+        again = await env.client.post(f"{BASE}/index", headers=h)
+        assert again.status_code == 409
+        await env.drain()
+        assert (await _rebuild(env, h))["status"] == "done"
         with psycopg.connect(env.migrator_url) as conn:
             verbs = [r[0] for r in conn.execute(
                 "SELECT outcome FROM memory.activity WHERE verb = 'index' ORDER BY id")]
@@ -188,20 +195,41 @@ async def test_rebuild_recovers_an_incompatible_collection_and_drops_orphans(mak
         assert verbs == ["queued", "rejected:conflict", "ok", "queued", "ok"]
 
 
-async def test_cards_written_during_a_rebuild_end_up_current(make_env, monkeypatch):
+async def test_a_second_rebuild_replaces_the_aliased_collection_atomically(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await _create(env, h, 3)
+        await env.drain()
+        index = env.resources.index
+        first = await _rebuild(env, h)
+        assert first["status"] == "done"
+        row = await _rebuild(env, h)
+        alias = index.collection("acme")
+        assert row["status"] == "done"
+        assert row["summary"]["replaced"] == first["collection"]
+        assert row["summary"]["replaced"].startswith(alias + "__")
+        assert row["summary"]["replaced"] != row["collection"]
+        assert row["collection"].startswith(alias + "__")
+        assert await index.scroll_ids("acme", row["summary"]["replaced"]) == {}
+        assert len((await _search(env, h))["results"]) == 3
+        assert await index.physical_collection("acme") == row["collection"]
+        if isinstance(index, QdrantEdgeEngine):  # the pointer file names the new shard
+            assert not (index.root / row["summary"]["replaced"]).exists()
+
+
+async def test_cards_written_during_a_rebuild_end_up_current(make_env):
     """A card updated and one created while the rebuild reads: both current after the switch."""
-    from shared.projection import rebuild
+    from shared.projection.rebuild import rebuild_index
 
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
         cards = await _create(env, h, 3)
         await env.drain()
-        original_write = rebuild._write
         calls = {"n": 0}
 
-        async def write_and_interfere(*args, **kw):
-            result = await original_write(*args, **kw)
+        async def interfere(collection: str) -> None:
             calls["n"] += 1
             if calls["n"] == 1:  # after the first batch was read and written
                 r = await env.client.put(f"{BASE}/{cards[1]['id']}", headers=h, json=_rule(
@@ -210,12 +238,14 @@ async def test_cards_written_during_a_rebuild_end_up_current(make_env, monkeypat
                 r = await env.client.post(BASE, headers=h, json=_rule(
                     "Credit notes", "Credit notes reverse an invoice."))
                 assert r.status_code == 201
-            return result
 
-        monkeypatch.setattr(rebuild, "_write", write_and_interfere)
         r = await env.client.post(f"{BASE}/index", headers=h)
-        await env.drain()
-        row = (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()
+        rid = uuid.UUID(r.json()["id"])
+        await rebuild_index(env.resources.db, env.resources.index, env.resources.embedder,
+                            "acme", rid, on_batch_written=interfere)
+        assert calls["n"] == 1
+        await env.drain()  # the writes' own jobs (and the queued job of the finished rebuild)
+        row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
         assert row["status"] == "done" and row["summary"]["caught_up"] >= 2
         status = (await env.client.get(f"{BASE}/status", headers=h)).json()
         assert status["cards"] == status["current"] == 4
@@ -305,11 +335,10 @@ async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(ma
         assert res["results"][0]["card"]["content"]["rule"] == "Invoices are issued on day 31."
 
 
-async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(make_env, monkeypatch):
+async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(make_env):
     """A graceful stop cancels a running rebuild: it goes back to `queued` at once (not `running`
     until its lease expires), its half-built collection is dropped, and the next worker run
     completes it."""
-    from shared.projection import rebuild
     from shared.projection.rebuild import rebuild_index
 
     async with make_env() as env:
@@ -319,20 +348,17 @@ async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(m
         await env.drain()
         index = env.resources.index
         started = asyncio.Event()
-        original_write = rebuild._write
         targets = []
 
-        async def stall(*args, **kw):
-            await original_write(*args, **kw)
-            targets.append(args[5])  # _write(db, index, embedder, workspace, language, target, …)
+        async def stall(collection: str) -> None:
+            targets.append(collection)
             started.set()
             await asyncio.sleep(3600)
 
-        monkeypatch.setattr(rebuild, "_write", stall)
         r = await env.client.post(f"{BASE}/index", headers=h)
         rid = uuid.UUID(r.json()["id"])
         task = asyncio.create_task(rebuild_index(env.resources.db, index, env.resources.embedder,
-                                                 "acme", rid))
+                                                 "acme", rid, on_batch_written=stall))
         await asyncio.wait_for(started.wait(), 60)
         row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
         assert row["status"] == "running"
@@ -346,7 +372,6 @@ async def test_an_interrupted_rebuild_is_queued_again_and_leaves_no_collection(m
         assert await index.scroll_ids("acme", half_built) == {}
         if isinstance(index, QdrantEdgeEngine):
             assert not (index.root / half_built).exists()
-        monkeypatch.setattr(rebuild, "_write", original_write)
         await env.drain()  # the worker's start-up sweep re-enqueues the queued rebuild
         row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
         assert row["status"] == "done" and row["summary"]["written"] == 3, row

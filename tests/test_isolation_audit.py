@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import archive_row_counts, archive_tables, start_server, stop_server
+from helpers import archive_row_counts, archive_tables, row_changes, start_server, stop_server
 
 from shared.auth import PERMISSIONS, Principal
 from shared.errors import Forbidden, NotFound
@@ -142,7 +142,42 @@ async def call(env, method: str, path: str, body: Any, headers: dict[str, str]):
     return await env.client.request(method, path, json=body, headers=headers)
 
 
-async def test_every_route_refuses_other_workspaces_and_missing_permissions(make_env):
+async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[str, str], Any],
+                                 method: str, path: str, handler: Any) -> None:
+    """One route: guarded, declares a known permission, has a body if it takes one; B's token
+    on A's path is a 404 without A's data, B's own path with A's ids too, and A's token without
+    the route's permission is a 403 without A's data."""
+    a = data["wa"]
+    assert authorize in handler.resolve_guards(), (method, path)
+    permission = handler.opt.get("permission")
+    assert permission in PERMISSIONS, (method, path)
+    takes_body = "data" in inspect.signature(handler.fn).parameters \
+        or "request" in inspect.signature(handler.fn).parameters
+    assert takes_body == ((method, path) in table), f"add a body for {method} {path}"
+    body = table.get((method, path))
+    # a token of workspace B with every permission, on A's path and ids: 404, no data
+    r = await call(env, method, fill(path, a, "wa"), body, data["h"]["wb"])
+    assert r.status_code == 404, (method, path, r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert_no_secrets(_public_body(r), a["secrets"], (method, path))
+    # B's token on B's own path with A's ids: 404 or a B-only answer, never A's data
+    # (a session id names the caller's own session: proposing under it creates one)
+    if re.search(r"\{(card|rebuild|session)_id\}", path) and not path.endswith("/proposals"):
+        url = fill(path, a, "wb")
+        r = await call(env, method, url, body, data["h"]["wb"])
+        assert r.status_code == 404, (method, path, r.status_code, r.text)
+        # (the ids the caller sent may be echoed, as for any missing id)
+        assert_no_secrets(_public_body(r), [x for x in a["secrets"] if x not in url],
+                          (method, path, "wb"))
+    # A token of workspace A with every permission but the one the route needs: 403
+    others = [p for p in PERMISSIONS if p != permission
+              and not (permission == "memory.read" and p == "memory.manage")]
+    r = await call(env, method, fill(path, a, "wa"), body, env.token("wa", *others))
+    assert r.status_code == 403, (method, path, r.status_code, r.text)
+    assert_no_secrets(_public_body(r), a["secrets"], (method, path, "perm"))
+
+
+async def test_every_route_refuses_other_workspaces_and_missing_permissions(make_env, subtests):
     async with make_env() as env:
         data = await seed(env)
         a = data["wa"]
@@ -154,39 +189,14 @@ async def test_every_route_refuses_other_workspaces_and_missing_permissions(make
             before = archive_row_counts(conn)
             last_activity = conn.execute("SELECT max(id) FROM memory.activity").fetchone()[0]
         for method, path, handler in routes:
-            assert authorize in handler.resolve_guards(), (method, path)
-            permission = handler.opt.get("permission")
-            assert permission in PERMISSIONS, (method, path)
-            takes_body = "data" in inspect.signature(handler.fn).parameters \
-                or "request" in inspect.signature(handler.fn).parameters
-            assert takes_body == ((method, path) in table), f"add a body for {method} {path}"
-            body = table.get((method, path))
-            # a token of workspace B with every permission, on A's path and ids: 404, no data
-            r = await call(env, method, fill(path, a, "wa"), body, data["h"]["wb"])
-            assert r.status_code == 404, (method, path, r.status_code, r.text)
-            assert r.headers["content-type"].startswith("application/problem+json")
-            assert_no_secrets(_public_body(r), a["secrets"], (method, path))
-            # B's token on B's own path with A's ids: 404 or a B-only answer, never A's data
-            # (a session id names the caller's own session: proposing under it creates one)
-            if re.search(r"\{(card|rebuild|session)_id\}", path) and not path.endswith("/proposals"):
-                url = fill(path, a, "wb")
-                r = await call(env, method, url, body, data["h"]["wb"])
-                assert r.status_code == 404, (method, path, r.status_code, r.text)
-                # (the ids the caller sent may be echoed, as for any missing id)
-                assert_no_secrets(_public_body(r), [x for x in a["secrets"] if x not in url],
-                                  (method, path, "wb"))
-            # A token of workspace A with every permission but the one the route needs: 403
-            others = [p for p in PERMISSIONS if p != permission
-                      and not (permission == "memory.read" and p == "memory.manage")]
-            r = await call(env, method, fill(path, a, "wa"), body, env.token("wa", *others))
-            assert r.status_code == 403, (method, path, r.status_code, r.text)
-            assert_no_secrets(_public_body(r), a["secrets"], (method, path, "perm"))
+            with subtests.test(route=f"{method} {path}"):
+                await _check_route_isolation(env, data, table, method, path, handler)
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             after = archive_row_counts(conn)
             # nothing written but tokens (one per route) and rejection records: in A the 403s
             # of its mutating routes (B's 404s on A leave nothing in A), in B its own 404s
             mutations = sum(1 for _, _, h in routes if h.opt.get("activity"))
-            changed = {t: after[t] - before[t] for t in after if after[t] != before[t]}
+            changed = row_changes(before, after)
             assert set(changed) == {"api_tokens", "activity"}, changed
             assert changed["api_tokens"] == len(routes)
             rows = conn.execute("SELECT workspace_id, outcome, count(*) FROM memory.activity"
@@ -227,7 +237,7 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
 
 
 async def test_every_cli_command_refuses_other_workspaces_and_missing_permissions(
-        make_env, tmp_path, monkeypatch, capsys):
+        make_env, tmp_path, monkeypatch, capsys, subtests):
     async with make_env() as env:
         data = await seed(env)
         a = data["wa"]
@@ -255,15 +265,16 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
                                      (reader if name not in ("search", "rules", "solved-search",
                                                              "status") else review_only,
                                       {"forbidden"})):
-                    monkeypatch.setenv("MEMARC_TOKEN", token)
-                    capsys.readouterr()
-                    code = await asyncio.to_thread(main, list(argv))
-                    out = capsys.readouterr()
-                    assert code == 2 and out.out == "", (name, code, out)
-                    err = json.loads(out.err.strip().splitlines()[-1])
-                    assert err["code"] in codes, (name, err)
-                    err.pop("instance", None)
-                    assert_no_secrets(json.dumps(err), a["secrets"], name)
+                    with subtests.test(command=name, expected=next(iter(codes))):
+                        monkeypatch.setenv("MEMARC_TOKEN", token)
+                        capsys.readouterr()
+                        code = await asyncio.to_thread(main, list(argv))
+                        out = capsys.readouterr()
+                        assert code == 2 and out.out == "", (name, code, out)
+                        err = json.loads(out.err.strip().splitlines()[-1])
+                        assert err["code"] in codes, (name, err)
+                        err.pop("instance", None)
+                        assert_no_secrets(json.dumps(err), a["secrets"], name)
         finally:
             await stop_server(server, task)
 
@@ -288,7 +299,7 @@ def explorer_urls(ws: str, card_id: str) -> list[str]:
     return urls
 
 
-async def test_explorer_pages_and_exports_show_nothing_of_another_workspace(make_env):
+async def test_explorer_pages_and_exports_show_nothing_of_another_workspace(make_env, subtests):
     from datasette.app import Datasette
 
     async with make_env() as env:
@@ -302,10 +313,11 @@ async def test_explorer_pages_and_exports_show_nothing_of_another_workspace(make
         for who, cookies in (("bob", {"ds_actor": ds.sign({"a": {"id": "bob"}}, "actor")}),
                              ("anonymous", {})):
             for url in urls:
-                r = await ds.client.get(url + ("?q=alpha" if "recall" in url else ""),
-                                        cookies=cookies)
-                assert r.status_code in (403, 404), (who, url, r.status_code)
-                assert_no_secrets(r.text, a["secrets"], (who, url))
+                with subtests.test(actor=who, url=url):
+                    r = await ds.client.get(url + ("?q=alpha" if "recall" in url else ""),
+                                            cookies=cookies)
+                    assert r.status_code in (403, 404), (who, url, r.status_code)
+                    assert_no_secrets(r.text, a["secrets"], (who, url))
             r = await ds.client.get("/-/memory.json", cookies=cookies)
             assert "wa" not in [w.get("id") if isinstance(w, dict) else w
                                 for w in r.json().get("workspaces", [])], (who, r.text)
@@ -318,7 +330,7 @@ async def test_explorer_pages_and_exports_show_nothing_of_another_workspace(make
 # ---- raw SQL as the runtime and reader roles ----
 
 @pytest.mark.parametrize("role", ["memarc_runtime", "memarc_reader"])
-async def test_every_table_isolated_and_no_ddl(make_env, role):
+async def test_every_table_isolated_and_no_ddl(make_env, role, subtests):
     async with make_env() as env:
         await seed(env)
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
@@ -333,12 +345,13 @@ async def test_every_table_isolated_and_no_ddl(make_env, role):
                       "index_rebuilds", "projections", "card_links", "api_tokens"):
                 assert t in scoped
             for t, col in scoped.items():
-                rls, forced = conn.execute(
-                    "SELECT relrowsecurity, relforcerowsecurity FROM pg_class"
-                    " WHERE oid = %s::regclass", [f"memory.{t}"]).fetchone()
-                assert rls and forced, t
-                seen = {r[0] for r in conn.execute(f"SELECT DISTINCT {col} FROM memory.{t}")}
-                assert seen == {"wa", "wb"}, (t, seen)  # the seed reaches every table
+                with subtests.test(table=t, check="row-level security forced, seeded"):
+                    rls, forced = conn.execute(
+                        "SELECT relrowsecurity, relforcerowsecurity FROM pg_class"
+                        " WHERE oid = %s::regclass", [f"memory.{t}"]).fetchone()
+                    assert rls and forced, t
+                    seen = {r[0] for r in conn.execute(f"SELECT DISTINCT {col} FROM memory.{t}")}
+                    assert seen == {"wa", "wb"}, (t, seen)  # the seed reaches every table
         with psycopg.connect(env.migrator_url) as conn:
             def as_role(workspace: str) -> None:
                 conn.rollback()
@@ -346,14 +359,15 @@ async def test_every_table_isolated_and_no_ddl(make_env, role):
                 conn.execute("SELECT set_config('memarc.workspace', %s, false)", [workspace])
 
             for t, col in scoped.items():
-                as_role("wa")
-                try:
-                    rows = conn.execute(f"SELECT {col} FROM memory.{t}").fetchall()
-                except psycopg.errors.InsufficientPrivilege:
-                    continue  # this role cannot read the table at all
-                assert rows and {r[0] for r in rows} == {"wa"}, (role, t)
-                as_role("")
-                assert conn.execute(f"SELECT count(*) FROM memory.{t}").fetchone()[0] == 0, t
+                with subtests.test(table=t, check="sees its own workspace only"):
+                    as_role("wa")
+                    try:
+                        rows = conn.execute(f"SELECT {col} FROM memory.{t}").fetchall()
+                    except psycopg.errors.InsufficientPrivilege:
+                        continue  # this role cannot read the table at all
+                    assert rows and {r[0] for r in rows} == {"wa"}, (role, t)
+                    as_role("")
+                    assert conn.execute(f"SELECT count(*) FROM memory.{t}").fetchone()[0] == 0, t
             ddl = ["CREATE TABLE memory.sneaky (x int)", "CREATE TABLE public.sneaky (x int)",
                    "CREATE FUNCTION memory.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
                    "CREATE SCHEMA sneaky", "GRANT memarc_migrator TO CURRENT_USER"]
@@ -365,9 +379,10 @@ async def test_every_table_isolated_and_no_ddl(make_env, role):
                         f"DROP TABLE memory.{t}", f"TRUNCATE memory.{t}",
                         f"ALTER TABLE memory.{t} ADD COLUMN sneaky int"]
             for statement in ddl:
-                as_role("wa")
-                with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                    conn.execute(statement)
+                with subtests.test(statement=statement):
+                    as_role("wa")
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                        conn.execute(statement)
             conn.rollback()
 
 
@@ -441,7 +456,7 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     }
 
 
-async def test_shared_core_rechecks_the_principal(make_env):
+async def test_shared_core_rechecks_the_principal(make_env, subtests):
     async with make_env() as env:
         data = await seed(env)
         archive = env.resources.archive()
@@ -460,12 +475,13 @@ async def test_shared_core_rechecks_the_principal(make_env):
             for qualified, args in calls.items():
                 svc, method = qualified.split(".")
                 fn = getattr(services[svc], method)
-                with pytest.raises(Forbidden):
-                    await fn(nobody, "wa", *args)
-                with pytest.raises(NotFound):
-                    await fn(stranger, "wa", *args)
+                with subtests.test(use_case=qualified):
+                    with pytest.raises(Forbidden):
+                        await fn(nobody, "wa", *args)
+                    with pytest.raises(NotFound):
+                        await fn(stranger, "wa", *args)
             after = archive_row_counts(conn)
-        changed = {t: after[t] - before[t] for t in after if after[t] != before[t]}
+        changed = row_changes(before, after)
         audited = [q for q in calls if hasattr(getattr(services[q.split(".")[0]],
                                                        q.split(".")[1]), "activity_verb")]
         # nothing written but the rejection records of the mutating use cases (the stranger's

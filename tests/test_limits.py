@@ -13,10 +13,12 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import psycopg
-from conftest import archive_row_counts
+from helpers import archive_row_counts, row_changes, start_server, stop_server
 
 from shared import models
 from shared.archive.authentication import FailedAuthLog
@@ -102,23 +104,30 @@ async def test_an_unknown_query_parameter_is_refused_not_ignored(make_env):
         assert r.status_code == 401
 
 
-async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env):
+async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env, subtests):
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme", "memory.manage", "memory.review")
         target = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
-        conn = psycopg.connect(env.migrator_url, autocommit=True)
-        try:
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             for name, method, path, params, body, limit in limit_cases(target):
-                before = archive_row_counts(conn)
-                r = await env.client.request(method, path, params=params, json=body, headers=h)
-                _problem(r, limit, name)
-                after = archive_row_counts(conn)
-                changed = {t: after[t] - before[t] for t in after if after[t] != before[t]}
-                expected = {"activity": 1} if method in ("POST", "PUT") and "search" not in path \
-                    else {}
-                assert changed == expected, (name, changed)
-            # an import: at most MAX_IMPORT_CARDS cards, and MAX_IMPORT_BYTES per body
+                with subtests.test(limit=name):
+                    before = archive_row_counts(conn)
+                    r = await env.client.request(method, path, params=params, json=body, headers=h)
+                    _problem(r, limit, name)
+                    changed = row_changes(before, archive_row_counts(conn))
+                    expected = {"activity": 1} if method in ("POST", "PUT") and "search" not in path \
+                        else {}
+                    assert changed == expected, (name, changed)
+
+
+async def test_an_import_over_its_card_count_or_size_is_a_4xx_recorded_as_rejected(make_env):
+    """At most MAX_IMPORT_CARDS cards, and MAX_IMPORT_BYTES per body; each rejection writes its
+    activity record and nothing else."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme", "memory.manage", "memory.review")
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             lines = "\n".join(json.dumps({"key": f"k{i}", **RULE, "title": f"t{i}"})
                               for i in range(MAX_IMPORT_CARDS + 1))
             before = archive_row_counts(conn)
@@ -129,15 +138,11 @@ async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env):
                                       headers=h)
             body = _problem(r, MAX_IMPORT_BYTES, "import size")
             assert r.status_code == 413 and body["limit"] == MAX_IMPORT_BYTES
-            after = archive_row_counts(conn)
-            assert {t: after[t] - before[t] for t in after if after[t] != before[t]} == {
-                "activity": 2}
+            assert row_changes(before, archive_row_counts(conn)) == {"activity": 2}
             rows = conn.execute("SELECT verb, outcome FROM memory.activity ORDER BY id DESC"
                                 " LIMIT 2").fetchall()
             assert rows == [("import", "rejected:request_too_large"),
                             ("import", "rejected:invalid_input")]
-        finally:
-            conn.close()
 
 
 class _Capture(logging.Handler):
@@ -149,9 +154,29 @@ class _Capture(logging.Handler):
         self.records.append(record)
 
 
-async def test_failed_authentications_are_counted_and_logged_without_the_token(make_env):
-    from conftest import start_server, stop_server
+SECRET = "mat_" + "S3cr3t" * 7
 
+
+@dataclass
+class FailedAuthentications:
+    """What 25 requests with bad credentials (then one valid one) over real HTTP left: the
+    responses, the app's failure count for 127.0.0.1, every ``memarc`` log record, and how many
+    activity records mention the token."""
+
+    responses: list[httpx.Response]
+    valid: httpx.Response
+    failures: int
+    records: list[logging.LogRecord]
+    activity_with_secret: int
+
+    @property
+    def auth_lines(self) -> list[logging.LogRecord]:
+        return [r for r in self.records if r.name == "memarc.auth"]
+
+
+async def _failed_authentications(make_env) -> FailedAuthentications:
+    """Serve the writer on loopback and send it 25 requests whose credentials are an unknown
+    token, none, a Basic header and an oversized token, in turn, then one valid request."""
     capture = _Capture()
     logger = logging.getLogger("memarc")
     logger.addHandler(capture)
@@ -161,40 +186,58 @@ async def test_failed_authentications_are_counted_and_logged_without_the_token(m
         async with make_env() as env:
             env.workspace("acme")
             valid = env.token("acme")
-            secret = "mat_" + "S3cr3t" * 7
             app = create_app(env.settings, env.resources)
             server, task, url = await start_server(app)
             try:
-                import httpx
-
                 async with httpx.AsyncClient(base_url=url) as http:
-                    bad = [{"Authorization": f"Bearer {secret}"}, {},
-                           {"Authorization": f"Basic {secret}"},
+                    bad = [{"Authorization": f"Bearer {SECRET}"}, {},
+                           {"Authorization": f"Basic {SECRET}"},
                            {"Authorization": "Bearer " + "y" * 300}]
-                    for i in range(25):
-                        r = await http.get(BASE, headers=bad[i % len(bad)])
-                        assert r.status_code == 401 and secret not in r.text
-                        assert r.headers["www-authenticate"] == "Bearer"
-                    assert (await http.get(BASE, headers=valid)).status_code == 200
+                    responses = [await http.get(BASE, headers=bad[i % len(bad)])
+                                 for i in range(25)]
+                    ok = await http.get(BASE, headers=valid)
             finally:
                 await stop_server(server, task)
-            assert app.state.auth_failures.failures("127.0.0.1") == 25
-            lines = [r for r in capture.records if r.name == "memarc.auth"]
-            assert len([r for r in lines if r.levelno == logging.WARNING]) == 25
-            assert [r.auth["failures_this_minute"] for r in lines
-                    if r.levelno == logging.WARNING] == list(range(1, 26))
-            assert all(r.auth["client"] == "127.0.0.1" for r in lines)
-            assert {r.auth["reason"] for r in lines} == {"unknown", "missing", "malformed"}
-            alerts = [r for r in lines if r.levelno == logging.ERROR]
-            assert len(alerts) == 1 and "auth_failure_rate client=127.0.0.1" in alerts[0].getMessage()
-            for record in capture.records:  # the token never reaches any log line
-                assert secret not in record.getMessage() and secret not in str(record.__dict__)
             with psycopg.connect(env.migrator_url) as conn:
-                assert conn.execute("SELECT count(*) FROM memory.activity WHERE detail::text"
-                                    " LIKE %s", [f"%{secret}%"]).fetchone()[0] == 0
+                leaked = conn.execute("SELECT count(*) FROM memory.activity WHERE detail::text"
+                                      " LIKE %s", [f"%{SECRET}%"]).fetchone()[0]
+            return FailedAuthentications(responses, ok, app.state.auth_failures.failures("127.0.0.1"),
+                                         capture.records, leaked)
     finally:
         logger.removeHandler(capture)
         logger.setLevel(old_level)
+
+
+async def test_failed_authentications_are_401s_that_never_echo_the_token(make_env):
+    run = await _failed_authentications(make_env)
+    for r in run.responses:
+        assert r.status_code == 401 and SECRET not in r.text
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert run.valid.status_code == 200
+
+
+async def test_failed_authentications_are_counted_and_logged_per_client_and_minute(make_env):
+    run = await _failed_authentications(make_env)
+    assert run.failures == 25
+    lines = run.auth_lines
+    assert len([r for r in lines if r.levelno == logging.WARNING]) == 25
+    assert [r.auth["failures_this_minute"] for r in lines
+            if r.levelno == logging.WARNING] == list(range(1, 26))
+    assert all(r.auth["client"] == "127.0.0.1" for r in lines)
+    assert {r.auth["reason"] for r in lines} == {"unknown", "missing", "malformed"}
+
+
+async def test_a_burst_of_failed_authentications_raises_one_alert(make_env):
+    run = await _failed_authentications(make_env)
+    alerts = [r for r in run.auth_lines if r.levelno == logging.ERROR]
+    assert len(alerts) == 1 and "auth_failure_rate client=127.0.0.1" in alerts[0].getMessage()
+
+
+async def test_a_failed_token_never_reaches_a_log_line_or_the_activity(make_env):
+    run = await _failed_authentications(make_env)
+    for record in run.records:  # the token never reaches any log line
+        assert SECRET not in record.getMessage() and SECRET not in str(record.__dict__)
+    assert run.activity_with_secret == 0
 
 
 def test_failed_auth_log_counts_per_minute_and_quotes_paths():
@@ -226,7 +269,7 @@ def _mutating_routes(app) -> dict[tuple[str, str], str]:
     return out
 
 
-async def test_every_mutating_route_records_success_and_rejection(make_env):
+async def test_every_mutating_route_records_success_and_rejection(make_env, subtests):
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme", "memory.manage", "memory.review", "memory.schema")
@@ -273,19 +316,22 @@ async def test_every_mutating_route_records_success_and_rejection(make_env):
             for path, body, expect_ok, headers in ((ok_path, ok_body, True, h),
                                                    (bad_path, bad_body, False,
                                                     bad_headers[0] if bad_headers else h)):
-                kw = {"content": body} if isinstance(body, str) else {"json": body}
-                r = await env.client.request(key[0], path, headers=headers, **kw)
-                assert (r.status_code < 400) == expect_ok, (key, r.status_code, r.text)
-                a = (await env.client.get(f"{BASE}/activity", params={"limit": 1},
-                                          headers=h)).json()["activity"][0]
-                assert a["verb"] == verb, (key, a)
-                assert a["actor"].startswith("token:") and a["at"], (key, a)
-                if expect_ok:
-                    assert not a["outcome"].startswith(("rejected", "failed")), (key, a)
-                else:
-                    assert a["outcome"] == f"rejected:{r.json()['code']}", (key, a, r.text)
-                if card_id and path.endswith(card_id):
-                    assert a["card_id"] == card_id, (key, a)
+                # each route's success, then its rejection (the later routes need the earlier
+                # ones' successes: a failure here may cascade, but never hides the others)
+                with subtests.test(route=" ".join(key), outcome="ok" if expect_ok else "rejected"):
+                    kw = {"content": body} if isinstance(body, str) else {"json": body}
+                    r = await env.client.request(key[0], path, headers=headers, **kw)
+                    assert (r.status_code < 400) == expect_ok, (key, r.status_code, r.text)
+                    a = (await env.client.get(f"{BASE}/activity", params={"limit": 1},
+                                              headers=h)).json()["activity"][0]
+                    assert a["verb"] == verb, (key, a)
+                    assert a["actor"].startswith("token:") and a["at"], (key, a)
+                    if expect_ok:
+                        assert not a["outcome"].startswith(("rejected", "failed")), (key, a)
+                    else:
+                        assert a["outcome"] == f"rejected:{r.json()['code']}", (key, a, r.text)
+                    if card_id and path.endswith(card_id):
+                        assert a["card_id"] == card_id, (key, a)
 
 
 async def test_a_failed_mutation_is_recorded_as_failed(make_env):

@@ -458,28 +458,45 @@ async def test_the_original_is_shown_only_to_callers_of_the_workspace(make_env, 
 
 # ---- projection format 2: migration 005 re-projects every card ---------------------------
 
-async def test_migration_005_reprojects_format_1_cards_redacted(make_env, monkeypatch):
+async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict], dict]:
+    """Workspaces acme (three cards with a secret) and other (one), projected as the format-1
+    code did (no filter, format 1 in the payload and the record), the database taken back to
+    before migration 005. Returns (acme's headers, acme's cards, other's card)."""
+    env.workspace("acme")
+    env.workspace("other")
+    h = env.token("acme")
+    cards = [(await env.client.post(BASE, headers=h, json=_secret_rule(i))).json()["card"]
+             for i in range(3)]
+    theirs = (await env.client.post("/api/workspaces/other/memory", headers=env.token("other"),
+                                    json=_secret_rule(9))).json()["card"]
+    with monkeypatch.context() as m:
+        m.setattr(models, "PROJECTION_FORMAT", 1)
+        for ws in ("acme", "other"):
+            report = await project_operations(env.resources.db, env.resources.index,
+                                              env.resources.embedder, ws, None,
+                                              privacy=PrivacyFilter(rules=()))
+            assert report.failed == 0
+    with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM memory.schema_migrations WHERE version = 5")
+        conn.execute("DELETE FROM memory.projection_formats WHERE format = 2")
+    return h, cards, theirs
+
+
+async def _reprojected_after_005(env, monkeypatch) -> tuple[dict[str, str], list[dict], dict]:
+    """:func:`_format_1_archive`, migrated, and the worker run (its sweep finds the queued
+    operations)."""
+    h, cards, theirs = await _format_1_archive(env, monkeypatch)
+    assert migrate(env.migrator_url, "memory") == ["005_privacy_filter"]
+    await (await Resources.open(env.settings, with_index=False)).close()
+    await env.drain()
+    return h, cards, theirs
+
+
+async def test_format_1_points_hold_the_raw_text_and_the_code_refuses_them_until_migrated(
+        make_env, monkeypatch):
     async with make_env() as env:
-        env.workspace("acme")
-        env.workspace("other")
-        h = env.token("acme")
-        cards = [(await env.client.post(BASE, headers=h, json=_secret_rule(i))).json()["card"]
-                 for i in range(3)]
-        theirs = (await env.client.post("/api/workspaces/other/memory", headers=env.token("other"),
-                                        json=_secret_rule(9))).json()["card"]
+        _, cards, _ = await _format_1_archive(env, monkeypatch)
         ids = {uuid.UUID(c["id"][4:]) for c in cards}
-        # Project as the format-1 code did (no filter, format 1 in the payload and the record),
-        # then take the database back to before migration 005.
-        with monkeypatch.context() as m:
-            m.setattr(models, "PROJECTION_FORMAT", 1)
-            for ws in ("acme", "other"):
-                report = await project_operations(env.resources.db, env.resources.index,
-                                                  env.resources.embedder, ws, None,
-                                                  privacy=PrivacyFilter(rules=()))
-                assert report.failed == 0
-        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
-            conn.execute("DELETE FROM memory.schema_migrations WHERE version = 5")
-            conn.execute("DELETE FROM memory.projection_formats WHERE format = 2")
         points = await env.resources.index.scroll_ids("acme")
         assert {p["format"] for p in points.values()} == {1} and set(points) == ids
         assert all(p["scope"] == SECRET_SCOPE for p in points.values())  # raw text in format 1
@@ -488,8 +505,12 @@ async def test_migration_005_reprojects_format_1_cards_redacted(make_env, monkey
         with pytest.raises(SchemaOutdated, match="memarc migrate"):
             await (await Resources.open(env.settings, with_index=False)).close()
 
+
+async def test_migration_005_makes_every_card_pending_and_recall_drops_format_1_hits(
+        make_env, monkeypatch):
+    async with make_env() as env:
+        h, cards, _ = await _format_1_archive(env, monkeypatch)
         assert migrate(env.migrator_url, "memory") == ["005_privacy_filter"]
-        # every card is pending again, format-1 hits are dropped by recall verification
         pending = (await env.client.get(f"{BASE}/pending", headers=h)).json()
         assert pending["total"] == 3 and {o["card_id"] for o in pending["operations"]} == {
             c["id"] for c in cards}
@@ -503,9 +524,11 @@ async def test_migration_005_reprojects_format_1_cards_redacted(make_env, monkey
         audit = (await env.client.get(f"{BASE}/audit", headers=h)).json()
         assert (audit["pending"], audit["current"], audit["stale"]) == (3, 0, [])
 
-        # the worker starts (its sweep finds the queued operations) and re-projects everything
-        await (await Resources.open(env.settings, with_index=False)).close()
-        await env.drain()
+
+async def test_after_migration_005_the_worker_reprojects_every_card_redacted(
+        make_env, monkeypatch):
+    async with make_env() as env:
+        h, cards, theirs = await _reprojected_after_005(env, monkeypatch)
         for c in cards:
             shown = (await env.client.get(f"{BASE}/{c['id']}", headers=h)).json()["card"]
             assert shown["index_status"] == "current"
@@ -521,11 +544,16 @@ async def test_migration_005_reprojects_format_1_cards_redacted(make_env, monkey
         assert {x["card"]["id"] for x in r.json()["results"]} == {c["id"] for c in cards}
         audit = (await env.client.get(f"{BASE}/audit", headers=h)).json()
         assert (audit["current"], audit["pending"], audit["stale"], audit["missing"]) == (3, 0, [], [])
-        # a rebuild writes format 2, redacted, too
+
+
+async def test_after_migration_005_a_rebuild_writes_format_2_redacted_too(make_env, monkeypatch):
+    async with make_env() as env:
+        h, cards, _ = await _reprojected_after_005(env, monkeypatch)
         r = await env.client.post(f"{BASE}/index", headers=h)
         await env.drain()
         assert (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()["status"] == "done"
         points = await env.resources.index.scroll_ids("acme")
-        assert {p["format"] for p in points.values()} == {2} and set(points) == ids
+        assert {p["format"] for p in points.values()} == {2}
+        assert set(points) == {uuid.UUID(c["id"][4:]) for c in cards}
         assert all(SECRET_PW not in json.dumps(p) for p in points.values())
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []

@@ -60,19 +60,30 @@ async def _seed(env, h) -> dict[str, str]:
     return ids
 
 
-async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
+#: the run that removes table shop.public.orders, and the cards it takes
+ORDERS_RUN = {"run_id": "sync-1", "database": "shop", "schema": "public",
+              "removed_tables": ["orders"], "removed_columns": []}
+ORDERS_GONE = {"orders", "orders.id", "mixed"}
+
+
+async def _orders_removed(env):
+    """Workspace acme with the cards of :data:`CARDS` (projected), then :data:`ORDERS_RUN`
+    applied. Returns (manage headers, schema headers, card ids by name, the run's response)."""
+    env.workspace("acme")
+    hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
+    ids = await _seed(env, hm)
+    await env.drain()
+    r = await env.client.post(CHANGES, headers=hs, json=ORDERS_RUN)
+    assert r.status_code == 200, r.text
+    return hm, hs, ids, r
+
+
+async def test_removing_orders_deletes_only_dependent_cards_and_their_links(make_env):
     async with make_env() as env:
-        env.workspace("acme")
-        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
-        ids = await _seed(env, hm)
-        await env.drain()
-        run = {"run_id": "sync-1", "database": "shop", "schema": "public",
-               "removed_tables": ["orders"], "removed_columns": []}
-        r = await env.client.post(CHANGES, headers=hs, json=run)
-        assert r.status_code == 200, r.text
+        hm, _, ids, r = await _orders_removed(env)
         assert "idempotent-replayed" not in r.headers
         result = r.json()
-        gone = {"orders", "orders.id", "mixed"}
+        gone = ORDERS_GONE
         assert result["status"] == "done" and result["errors"] == []
         assert result["deleted"] == sorted(ids[n] for n in gone)
         assert result["removed_tables"] == ["orders"] and result["completed_at"]
@@ -83,36 +94,49 @@ async def test_removing_orders_deletes_only_dependent_cards_once(make_env):
         customers = (await env.client.get(f"{MEM}/{ids['customers']}", headers=hm)).json()["card"]
         assert customers["links"] == [] and customers["revision"] == 2
         assert env.scalar("SELECT count(*) FROM memory.card_dependencies WHERE card_id = ANY(%s)",
-                       [uuid.UUID(ids[n][4:]) for n in gone]) == 0
-        # points go through projection operations
+                          [uuid.UUID(ids[n][4:]) for n in gone]) == 0
+
+
+async def test_the_deleted_cards_points_go_through_projection_operations(make_env):
+    async with make_env() as env:
+        hm, _, ids, r = await _orders_removed(env)
         pending = (await env.client.get(f"{MEM}/pending", headers=hm)).json()
         assert sorted(o["card_id"] for o in pending["operations"] if o["op"] == "delete") == \
-            result["deleted"]
+            r.json()["deleted"]
         await env.drain()
         points = await env.resources.index.scroll_ids("acme")
-        assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in gone}
+        assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in ORDERS_GONE}
 
-        # the same run id again: the same receipt, nothing deleted twice
+
+async def test_the_same_run_id_again_replays_its_receipt_and_deletes_nothing_twice(make_env):
+    async with make_env() as env:
+        _, hs, _, r = await _orders_removed(env)
+        result = r.json()
         ops = env.scalar("SELECT count(*) FROM memory.projection_ops")
         deletes = env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'delete'")
-        again = await env.client.post(CHANGES, headers=hs, json=run)
+        again = await env.client.post(CHANGES, headers=hs, json=ORDERS_RUN)
         assert again.status_code == 200 and again.json() == result
         assert again.headers["idempotent-replayed"] == "true"
         assert env.scalar("SELECT count(*) FROM memory.projection_ops") == ops
         assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'delete'") == deletes
         # order and duplicates do not make a new diff
-        same = dict(run, removed_tables=["orders", " orders "])
+        same = dict(ORDERS_RUN, removed_tables=["orders", " orders "])
         assert (await env.client.post(CHANGES, headers=hs, json=same)).json() == result
         # the same run id with other removed objects is refused
-        r = await env.client.post(CHANGES, headers=hs, json=dict(run, removed_tables=["customers"]))
+        r = await env.client.post(CHANGES, headers=hs,
+                                  json=dict(ORDERS_RUN, removed_tables=["customers"]))
         assert r.status_code == 409 and r.json()["run_id"] == "sync-1"
 
-        # a removed column takes only that column's cards (the table's cards survive)
+
+async def test_a_removed_column_takes_only_that_columns_cards(make_env):
+    async with make_env() as env:
+        _, hs, ids, _ = await _orders_removed(env)
+        # the table's cards survive
         r = await env.client.post(CHANGES, headers=hs, json={
             "run_id": "sync-2", "database": "shop", "schema": "public",
             "removed_columns": [{"table": "customers", "column": "email"}]})
         assert r.status_code == 200 and r.json()["deleted"] == [ids["customers.email"]]
-        left = sorted(n for n in CARDS if n not in gone | {"customers.email"})
+        left = sorted(n for n in CARDS if n not in ORDERS_GONE | {"customers.email"})
         assert left == sorted(["customers", "database-only", "schema-only", "workspace-wide",
                                "other-database", "other-schema"])
         assert env.scalar("SELECT count(*) FROM memory.cards") == len(left)

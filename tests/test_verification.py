@@ -6,7 +6,7 @@ import uuid
 
 import psycopg
 import pytest
-from conftest import index_point
+from helpers import index_point
 
 from shared.models import PROJECTION_FORMAT
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
-from conftest import start_server, stop_server
-
-from writer.app import create_app
-from writer.cli import main
+from helpers import live_writer, run_cli
 
 MEM = "/api/workspaces/acme/memory"
 SESSION = "/api/workspaces/acme/sessions"
@@ -61,39 +60,87 @@ async def _review(env, h, session, body, status=200):
     return r
 
 
-async def test_propose_summary_review_and_solved_index_end_to_end(make_env):
-    async with make_env() as env:
-        env.workspace("acme")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
-        churn = await _card(env, hm, CHURN)
-        revenue = await _card(env, hm, REVENUE)
-        await env.drain()
+# ---- one session from proposals to the solved index, stage by stage ----
 
-        proposals = [
-            active_def(),
-            solved(),
-            # identical to the churn card up to case and whitespace: a reuse, not a duplicate
-            {"key": "churn-again", "family": "domain_clarification", "title": "Churn",
-             "content": {"definition": "  a CUSTOMER with no purchase\n in the last   90 days. "},
-             "decisions": APPROVED},
-            # an update of a manual card, drafted against revision 1, linking to a new proposal
-            {"key": "rev-upd", "kind": "update", "card_id": revenue["id"], "revision": 1,
-             "content": {"rule": "Exclude cancelled and refunded orders before summing amount."},
-             "links": [{"target": "active", "meaning": "see"}],
-             "decisions": [{"id": "d-4", "status": "Approved"}]},
-        ]
-        res = await _propose(env, hr, "s-1", proposals)
+REVIEW_S1 = {"review_id": "rv-1", "selected": [
+    {"key": "active"},
+    {"key": "q1", "edits": {"content": {"question": "Active customers by country?",
+                                        "context": "Active = last 30 days."}}},
+    {"key": "churn-again"}, {"key": "rev-upd"}]}
+
+
+@dataclass
+class Session1:
+    """Session s-1 of workspace acme: two manual cards (churn, revenue; projected), four
+    proposals (two additions, a reuse of churn, an update of revenue linking to a new one), and
+    as the stages go on the first proposal response and the review's response and receipt."""
+
+    hm: dict[str, str]
+    hr: dict[str, str]
+    churn: dict[str, Any]
+    revenue: dict[str, Any]
+    proposals: list[dict[str, Any]]
+    proposed: dict[str, Any] | None = None
+    review: Any = None
+
+    @property
+    def receipt(self) -> dict[str, Any]:
+        return self.review.json()
+
+    @property
+    def got(self) -> dict[str, dict[str, Any]]:
+        """The receipt's items by key."""
+        return {i["key"]: i for i in self.receipt["items"]}
+
+
+async def _session_1(env, *, propose: bool = True, review: bool = False) -> Session1:
+    """Session s-1 up to its proposals (``propose``) or its review (``review``)."""
+    env.workspace("acme")
+    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    churn = await _card(env, hm, CHURN)
+    revenue = await _card(env, hm, REVENUE)
+    await env.drain()
+    proposals = [
+        active_def(),
+        solved(),
+        # identical to the churn card up to case and whitespace: a reuse, not a duplicate
+        {"key": "churn-again", "family": "domain_clarification", "title": "Churn",
+         "content": {"definition": "  a CUSTOMER with no purchase\n in the last   90 days. "},
+         "decisions": APPROVED},
+        # an update of a manual card, drafted against revision 1, linking to a new proposal
+        {"key": "rev-upd", "kind": "update", "card_id": revenue["id"], "revision": 1,
+         "content": {"rule": "Exclude cancelled and refunded orders before summing amount."},
+         "links": [{"target": "active", "meaning": "see"}],
+         "decisions": [{"id": "d-4", "status": "Approved"}]},
+    ]
+    session = Session1(hm, hr, churn, revenue, proposals)
+    if propose or review:
+        session.proposed = await _propose(env, hr, "s-1", proposals)
+    if review:
+        session.review = await _review(env, hr, "s-1", REVIEW_S1)
+    return session
+
+
+async def test_propose_classifies_each_proposal_and_a_retried_batch_stores_nothing_twice(
+        make_env):
+    async with make_env() as env:
+        s = await _session_1(env, propose=False)
+        res = await _propose(env, s.hr, "s-1", s.proposals)
         assert [(p["key"], p["action"], p["stored"]) for p in res["proposals"]] == [
             ("active", "create", "new"), ("q1", "create", "new"),
             ("churn-again", "reuse", "new"), ("rev-upd", "update", "new")]
-        assert res["proposals"][2]["card_id"] == churn["id"]
+        assert res["proposals"][2]["card_id"] == s.churn["id"]
         assert res["session_total"] == 4
         # a retried delivery of the same batch stores nothing twice
-        again = await _propose(env, hr, "s-1", proposals)
+        again = await _propose(env, s.hr, "s-1", s.proposals)
         assert [p["stored"] for p in again["proposals"]] == ["unchanged"] * 4
         assert again["session_total"] == 4
 
-        summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=hr)).json()
+
+async def test_the_summary_shows_each_proposed_card_and_the_changes_of_an_update(make_env):
+    async with make_env() as env:
+        s = await _session_1(env)
+        summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hr)).json()
         items = {i["key"]: i for i in summary["proposals"]}
         assert summary["counts"] == {"total": 4, "create": 2, "reuse": 1, "update": 1,
                                      "stale": 0, "with_problems": 0}
@@ -109,24 +156,28 @@ async def test_propose_summary_review_and_solved_index_end_to_end(make_env):
             "links": {"before": [], "after": [{"target": "active", "meaning": "see"}]}}
         assert summary["review"] is None
 
-        body = {"review_id": "rv-1", "selected": [
-            {"key": "active"},
-            {"key": "q1", "edits": {"content": {"question": "Active customers by country?",
-                                                "context": "Active = last 30 days."}}},
-            {"key": "churn-again"}, {"key": "rev-upd"}]}
-        r = await _review(env, hr, "s-1", body)
+
+async def test_a_review_applies_the_selection_and_answers_with_its_receipt(make_env):
+    async with make_env() as env:
+        s = await _session_1(env)
+        r = await _review(env, s.hr, "s-1", REVIEW_S1)
         assert "idempotent-replayed" not in r.headers
         receipt = r.json()
         assert receipt["outcome"] == "applied" and receipt["declined"] == []
         got = {i["key"]: i for i in receipt["items"]}
         assert [got[k]["action"] for k in ("active", "q1", "churn-again", "rev-upd")] == [
             "created", "created", "reused", "updated"]
-        assert got["churn-again"]["card_id"] == churn["id"]
-        assert got["rev-upd"]["card_id"] == revenue["id"] and got["rev-upd"]["revision"] == 2
+        assert got["churn-again"]["card_id"] == s.churn["id"]
+        assert got["rev-upd"]["card_id"] == s.revenue["id"] and got["rev-upd"]["revision"] == 2
         assert sorted(p["card_id"] for p in receipt["projection"]) == sorted(
-            [got["active"]["card_id"], got["q1"]["card_id"], revenue["id"]])
+            [got["active"]["card_id"], got["q1"]["card_id"], s.revenue["id"]])
 
-        shown = {k: (await env.client.get(f"{MEM}/{got[k]['card_id']}", headers=hm)).json()
+
+async def test_reviewed_cards_carry_origin_source_edits_and_resolved_links(make_env):
+    async with make_env() as env:
+        s = await _session_1(env, review=True)
+        got, revenue = s.got, s.revenue
+        shown = {k: (await env.client.get(f"{MEM}/{got[k]['card_id']}", headers=s.hm)).json()
                  for k in got}
         active, q1 = shown["active"]["card"], shown["q1"]["card"]
         assert active["origin"] == "workflow"
@@ -141,19 +192,27 @@ async def test_propose_summary_review_and_solved_index_end_to_end(make_env):
         assert rev["id"] == revenue["id"] and rev["origin"] == "manual" and rev["source"] is None
         assert rev["revision"] == 2 and rev["links"] == [{"target": active["id"], "meaning": "see"}]
         assert shown["churn-again"]["card"]["revision"] == 1  # reused, not written
-        assert (await env.client.get(MEM, headers=hm)).json()["total"] == 4
+        assert (await env.client.get(MEM, headers=s.hm)).json()["total"] == 4
 
+
+async def test_reviewed_cards_are_queued_for_projection_and_then_recalled(make_env):
+    async with make_env() as env:
+        s = await _session_1(env, review=True)
         # projection: operations queued for every written card, all current after the worker
-        pending = (await env.client.get(f"{MEM}/pending", headers=hm)).json()
+        pending = (await env.client.get(f"{MEM}/pending", headers=s.hm)).json()
         assert pending["total"] == 3
         await env.drain()
-        r = await env.client.post(f"{MEM}/search", headers=hm, json={
+        r = await env.client.post(f"{MEM}/search", headers=s.hm, json={
             "query": "active customers by country", "mode": "solved"})
-        assert [x["card"]["id"] for x in r.json()["results"]] == [q1["id"]]
+        assert [x["card"]["id"] for x in r.json()["results"]] == [s.got["q1"]["card_id"]]
 
-        # the summary now carries the receipt; solved-index re-queues what it recorded
-        summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=hr)).json()
-        assert summary["review"] == receipt
+
+async def test_after_the_review_the_summary_shows_its_receipt_and_what_it_did(make_env):
+    async with make_env() as env:
+        s = await _session_1(env, review=True)
+        got = s.got
+        summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hr)).json()
+        assert summary["review"] == s.receipt
         # ... and shows what the review did, not what a review would do now (its own new cards
         # are not "reuses")
         after = {i["key"]: i for i in summary["proposals"]}
@@ -162,33 +221,57 @@ async def test_propose_summary_review_and_solved_index_end_to_end(make_env):
                                    "reused": "reuse"}[got[k]["action"]], got[k]["card_id"])
             for k in got}
         assert summary["counts"]["create"] == 2 and summary["counts"]["stale"] == 0
-        r = await env.client.post(f"{SESSION}/s-1/solved-index", headers=hr)
+
+
+async def test_solved_index_requeues_what_the_review_recorded(make_env):
+    async with make_env() as env:
+        s = await _session_1(env, review=True)
+        await env.drain()
+        r = await env.client.post(f"{SESSION}/s-1/solved-index", headers=s.hr)
         assert r.status_code == 202, r.text
         si = r.json()
         assert si["review_id"] == "rv-1" and si["enqueued"] is True
         assert sorted(c["card_id"] for c in si["cards"]) == sorted(
-            p["card_id"] for p in receipt["projection"])
+            p["card_id"] for p in s.receipt["projection"])
         assert {c["status"] for c in si["cards"]} == {"requeued"} and len(si["operations"]) == 3
         await env.drain()
-        assert (await env.client.get(f"{MEM}/pending", headers=hm)).json()["total"] == 0
-        assert (await env.client.get(f"{MEM}/{q1['id']}", headers=hm)).json()["card"]["revision"] == 1
+        assert (await env.client.get(f"{MEM}/pending", headers=s.hm)).json()["total"] == 0
+        q1 = s.got["q1"]["card_id"]
+        assert (await env.client.get(f"{MEM}/{q1}", headers=s.hm)).json()["card"]["revision"] == 1
 
-        # the session is closed: no more proposals, no second review
-        r = await env.client.post(f"{SESSION}/s-1/proposals", headers=hr,
+
+async def test_a_reviewed_session_takes_no_more_proposals_and_no_second_review(make_env):
+    async with make_env() as env:
+        s = await _session_1(env, review=True)
+        r = await env.client.post(f"{SESSION}/s-1/proposals", headers=s.hr,
                                   json={"proposals": [active_def(key="late")]})
         assert r.status_code == 409 and r.json()["review_id"] == "rv-1"
-        r = await _review(env, hr, "s-1", {"review_id": "rv-other", "decline_all": True}, 409)
+        r = await _review(env, s.hr, "s-1", {"review_id": "rv-other", "decline_all": True}, 409)
         assert "already reviewed" in r.json()["detail"]
+
+
+# ---- replays, stale updates, links, refusals ----
+
+REVIEW_S2 = {"review_id": "rv-2", "selected": [{"key": "active"}, {"key": "q1"}]}
+
+
+async def _reviewed_session_2(env) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """Session s-2 (an addition and a solved question linking to it), reviewed once; returns
+    (manage headers, review headers, the receipt)."""
+    env.workspace("acme")
+    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    await _propose(env, hr, "s-2", [active_def(), solved()])
+    return hm, hr, (await _review(env, hr, "s-2", REVIEW_S2)).json()
 
 
 async def test_replaying_a_review_five_times_concurrently_creates_each_card_once(make_env):
     async with make_env() as env:
         env.workspace("acme")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+        hr = env.token("acme", "memory.review")
         await _propose(env, hr, "s-2", [active_def(), solved()])
-        body = {"review_id": "rv-2", "selected": [{"key": "active"}, {"key": "q1"}]}
         responses = await asyncio.gather(*(
-            env.client.post(f"{SESSION}/s-2/review", json=body, headers=hr) for _ in range(5)))
+            env.client.post(f"{SESSION}/s-2/review", json=REVIEW_S2, headers=hr)
+            for _ in range(5)))
         assert [r.status_code for r in responses] == [200] * 5
         bodies = [r.json() for r in responses]
         assert all(b == bodies[0] for b in bodies)
@@ -199,11 +282,14 @@ async def test_replaying_a_review_five_times_concurrently_creates_each_card_once
         assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
         assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'create'") == 2
 
-        # a card created by the review and deleted since is not recreated by a replay
-        q1 = next(i["card_id"] for i in bodies[0]["items"] if i["key"] == "q1")
+
+async def test_a_replayed_review_or_solved_index_never_recreates_a_card_deleted_since(make_env):
+    async with make_env() as env:
+        hm, hr, receipt = await _reviewed_session_2(env)
+        q1 = next(i["card_id"] for i in receipt["items"] if i["key"] == "q1")
         assert (await env.client.delete(f"{MEM}/{q1}", headers=hm)).status_code == 200
-        r = await _review(env, hr, "s-2", body)
-        assert r.json() == bodies[0] and r.headers["idempotent-replayed"] == "true"
+        r = await _review(env, hr, "s-2", REVIEW_S2)
+        assert r.json() == receipt and r.headers["idempotent-replayed"] == "true"
         assert (await env.client.get(f"{MEM}/{q1}", headers=hm)).status_code == 404
         assert env.scalar("SELECT count(*) FROM memory.cards") == 1
         # solved-index never re-creates it either: it reports it deleted
@@ -213,10 +299,14 @@ async def test_replaying_a_review_five_times_concurrently_creates_each_card_once
         assert (await env.client.get(f"{MEM}/{q1}", headers=hm)).status_code == 404
         assert uuid.UUID(q1[4:]) not in await env.resources.index.scroll_ids("acme")
 
+
+async def test_a_review_id_reused_for_another_request_or_session_is_refused(make_env):
+    async with make_env() as env:
+        _, hr, _ = await _reviewed_session_2(env)
         # the same review id with another request is refused, and writes nothing
         r = await _review(env, hr, "s-2", {"review_id": "rv-2", "decline_all": True}, 409)
         assert "different request" in r.json()["detail"]
-        r = await _review(env, hr, "s-other", body, 409)
+        r = await _review(env, hr, "s-other", REVIEW_S2, 409)
         assert "another session" in r.json()["detail"]
         assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
 
@@ -262,63 +352,71 @@ async def test_a_batch_with_one_stale_update_writes_nothing_and_names_it(make_en
         receipt = (await _review(env, hr, "s-3", body)).json()
         assert receipt["declined"] == ["rev-upd"]
         assert [i["action"] for i in receipt["items"]] == ["created", "created", "updated"]
-        # an update of a card deleted since is stale too
+
+
+async def test_an_update_of_a_card_deleted_since_is_stale(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+        churn = await _card(env, hm, CHURN)
         await _propose(env, hr, "s-3b", [{"key": "u", "kind": "update", "card_id": churn["id"],
-                                          "revision": 2, "title": "Churn", "decisions": APPROVED}])
+                                          "revision": 1, "title": "Churn", "decisions": APPROVED}])
         assert (await env.client.delete(f"{MEM}/{churn['id']}", headers=hm)).status_code == 200
         r = await _review(env, hr, "s-3b", {"review_id": "rv-3b", "selected": [{"key": "u"}]}, 409)
         assert r.json()["code"] == "stale_revision" and r.json()["item"] == "u"
         assert "deleted" in r.json()["detail"]
 
 
-async def test_links_between_new_cards_resolve_and_another_workspace_link_fails(make_env):
+async def _two_workspaces(env) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """Workspaces acme and other, a card in other; returns (acme's manage headers, acme's
+    review headers, other's card)."""
+    env.workspace("acme")
+    env.workspace("other")
+    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    theirs = await _card(env, env.token("other", "memory.manage"), CHURN, ws="other")
+    return hm, hr, theirs
+
+
+async def _cycle_reviewed(env, hr) -> dict[str, str]:
+    """Session s-4: two new cards linking each other (a cycle), both reviewed; their ids by key."""
+    a = active_def(links=[{"target": "q1", "meaning": "example"}])
+    await _propose(env, hr, "s-4", [a, solved()])
+    receipt = (await _review(env, hr, "s-4", {"review_id": "rv-4", "selected": [
+        {"key": "active"}, {"key": "q1"}]})).json()
+    return {i["key"]: i["card_id"] for i in receipt["items"]}
+
+
+async def _session_5(env, hr) -> None:
+    """Session s-5: an addition and a solved question linking to it by key."""
+    await _propose(env, hr, "s-5", [
+        active_def(content={"definition": "A customer who bought this week."}),
+        solved(content={"question": "Active customers per region?",
+                        "sql": "SELECT region, count(*) FROM customers GROUP BY region"})])
+
+
+async def test_new_cards_linking_each_other_resolve_inside_one_review(make_env):
     async with make_env() as env:
-        env.workspace("acme")
-        env.workspace("other")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
-        theirs = await _card(env, env.token("other", "memory.manage"), CHURN, ws="other")
-        # two new cards linking each other (a cycle) resolve inside one review
-        a = active_def(links=[{"target": "q1", "meaning": "example"}])
-        await _propose(env, hr, "s-4", [a, solved()])
-        receipt = (await _review(env, hr, "s-4", {"review_id": "rv-4", "selected": [
-            {"key": "active"}, {"key": "q1"}]})).json()
-        ids = {i["key"]: i["card_id"] for i in receipt["items"]}
+        hm, hr, _ = await _two_workspaces(env)
+        ids = await _cycle_reviewed(env, hr)
         active = (await env.client.get(f"{MEM}/{ids['active']}", headers=hm)).json()["card"]
         q1 = (await env.client.get(f"{MEM}/{ids['q1']}", headers=hm)).json()["card"]
         assert active["links"] == [{"target": ids["q1"], "meaning": "example"}]
         assert q1["links"] == [{"target": ids["active"], "meaning": "uses the definition"}]
 
-        # at propose time, a link to another workspace's card is refused like a missing card
+
+async def test_a_proposal_linking_to_another_workspaces_card_is_refused_like_a_missing_card(
+        make_env):
+    async with make_env() as env:
+        _, hr, theirs = await _two_workspaces(env)
         r = await env.client.post(f"{SESSION}/s-5/proposals", headers=hr, json={"proposals": [
             active_def(links=[{"target": theirs["id"]}])]})
         assert r.status_code == 422 and r.json()["item"] == "active"
         assert "not a card of this workspace" in r.json()["detail"]
-        # a reviewer's edit adding such a link fails the whole batch, naming the item
-        await _propose(env, hr, "s-5", [
-            active_def(content={"definition": "A customer who bought this week."}),
-            solved(content={"question": "Active customers per region?",
-                            "sql": "SELECT region, count(*) FROM customers GROUP BY region"})])
-        r = await _review(env, hr, "s-5", {"review_id": "rv-5", "selected": [
-            {"key": "active"},
-            {"key": "q1", "edits": {"links": [{"target": "active"},
-                                              {"target": theirs["id"], "meaning": "steal"}]}}]}, 422)
-        problem = r.json()
-        assert problem["item"] == "q1" and problem["field"] == "selected[1].links[1].target"
-        assert theirs["id"] in problem["detail"]
-        assert env.scalar("SELECT count(*) FROM memory.cards WHERE workspace_id = 'acme'") == 2
-        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
-        # a reused card is not written, but an invalid link on it still fails the batch
-        await _propose(env, hr, "s-7", [active_def()])  # identical to the s-4 card
-        r = await _review(env, hr, "s-7", {"review_id": "rv-7", "selected": [
-            {"key": "active", "edits": {"links": [{"target": theirs["id"]}]}}]}, 422)
-        assert r.json()["item"] == "active"
-        receipt = (await _review(env, hr, "s-7", {"review_id": "rv-7", "selected": [
-            {"key": "active"}]})).json()
-        assert receipt["items"][0]["action"] == "reused" and receipt["items"][0]["card_id"] == ids["active"]
-        # a link by key to a proposal that is not selected fails too
-        r = await _review(env, hr, "s-5", {"review_id": "rv-5", "selected": [{"key": "q1"}]}, 422)
-        assert r.json()["item"] == "q1" and "not selected" in r.json()["detail"]
-        # another workspace's card cannot be the target of an update proposal either
+
+
+async def test_an_update_proposal_of_another_workspaces_card_is_refused(make_env):
+    async with make_env() as env:
+        _, hr, theirs = await _two_workspaces(env)
         r = await env.client.post(f"{SESSION}/s-6/proposals", headers=hr, json={"proposals": [
             {"key": "u", "kind": "update", "card_id": theirs["id"], "revision": 1,
              "title": "mine now", "decisions": APPROVED}]})
@@ -326,90 +424,166 @@ async def test_links_between_new_cards_resolve_and_another_workspace_link_fails(
         assert env.scalar("SELECT count(*) FROM memory.cards WHERE workspace_id = 'other'") == 1
 
 
-async def test_refusals(make_env):
+async def test_a_reviewers_edit_linking_to_another_workspace_fails_the_batch_naming_the_item(
+        make_env):
+    async with make_env() as env:
+        _, hr, theirs = await _two_workspaces(env)
+        await _session_5(env, hr)
+        r = await _review(env, hr, "s-5", {"review_id": "rv-5", "selected": [
+            {"key": "active"},
+            {"key": "q1", "edits": {"links": [{"target": "active"},
+                                              {"target": theirs["id"], "meaning": "steal"}]}}]}, 422)
+        problem = r.json()
+        assert problem["item"] == "q1" and problem["field"] == "selected[1].links[1].target"
+        assert theirs["id"] in problem["detail"]
+        assert env.scalar("SELECT count(*) FROM memory.cards WHERE workspace_id = 'acme'") == 0
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+
+
+async def test_a_link_by_key_to_a_proposal_not_selected_fails_the_review(make_env):
+    async with make_env() as env:
+        _, hr, _ = await _two_workspaces(env)
+        await _session_5(env, hr)
+        r = await _review(env, hr, "s-5", {"review_id": "rv-5", "selected": [{"key": "q1"}]}, 422)
+        assert r.json()["item"] == "q1" and "not selected" in r.json()["detail"]
+
+
+async def test_a_reused_card_is_not_written_but_an_invalid_link_on_it_fails_the_batch(make_env):
+    async with make_env() as env:
+        _, hr, theirs = await _two_workspaces(env)
+        ids = await _cycle_reviewed(env, hr)
+        await _propose(env, hr, "s-7", [active_def()])  # identical to the s-4 card
+        r = await _review(env, hr, "s-7", {"review_id": "rv-7", "selected": [
+            {"key": "active", "edits": {"links": [{"target": theirs["id"]}]}}]}, 422)
+        assert r.json()["item"] == "active"
+        receipt = (await _review(env, hr, "s-7", {"review_id": "rv-7", "selected": [
+            {"key": "active"}]})).json()
+        assert receipt["items"][0]["action"] == "reused" and receipt["items"][0]["card_id"] == ids["active"]
+
+
+#: proposal batches refused as invalid: (batch, the item named or None, words of the detail,
+#: the field named or None)
+REFUSED_PROPOSALS = {
+    "no approved decision": ([active_def(decisions=[{"id": "d-9", "status": "rejected"}])],
+                             "active", "no approved decision", "proposals[0].decisions"),
+    "no decision at all": ([active_def(decisions=[])], "active", "no approved decision", None),
+    # no reusable content: a bare table choice, an unexplained failure, a blank definition
+    "a bare table choice": ([{"key": "t", "family": "sql_rule", "title": "Use orders",
+                              "content": {}, "decisions": APPROVED,
+                              "dependencies": [{"database": "shop", "schema": "public",
+                                                "table": "orders"}]}],
+                            "t", "no reusable content", None),
+    "an unexplained failure": ([{"key": "e", "family": "explained_error", "title": "Query failed",
+                                 "content": {"error": "column does not exist"},
+                                 "decisions": APPROVED}], "e",
+                               "no reusable content: a explained_error needs an error and its "
+                               "correction", None),
+    "a blank definition": ([active_def(content={"definition": "   "})], "active",
+                           "no reusable content", None),
+    "an update that changes nothing": ([{"key": "u", "kind": "update",
+                                         "card_id": f"mem-{uuid.uuid4()}", "revision": 1,
+                                         "decisions": APPROVED}], "u",
+                                       "changes at least one field", None),
+    "a link to nothing": ([active_def(links=[{"target": "nope"}])], "active",
+                          "neither a card id nor the key", None),
+    "a duplicate key": ([active_def(), active_def(title="Same again")], None, "duplicate key",
+                        None),
+    "the same content twice": ([active_def(), active_def(key="active2", content={
+        "definition": "a customer WITH a purchase in the last 30 days."})], "active2",
+        "same family and content", None),
+}
+
+
+@pytest.mark.parametrize("batch, item, words, field", REFUSED_PROPOSALS.values(),
+                         ids=REFUSED_PROPOSALS.keys())
+async def test_an_invalid_proposal_batch_is_refused_naming_the_item_and_stores_nothing(
+        make_env, batch, item, words, field):
     async with make_env() as env:
         env.workspace("acme")
-        env.workspace("other")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
-
-        async def refused(proposal, words, field=None):
-            r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr,
-                                      json={"proposals": [proposal]})
-            assert r.status_code == 422, r.text
-            assert r.headers["content-type"].startswith("application/problem+json")
-            assert r.json()["item"] == proposal["key"] and words in r.json()["detail"], r.text
-            if field:
-                assert r.json()["field"] == field
-
-        # no approved decision
-        await refused(active_def(decisions=[{"id": "d-9", "status": "rejected"}]),
-                      "no approved decision", "proposals[0].decisions")
-        await refused(active_def(decisions=[]), "no approved decision")
-        # no reusable content: a bare table choice, an unexplained failure, a blank definition
-        await refused({"key": "t", "family": "sql_rule", "title": "Use orders",
-                       "content": {}, "decisions": APPROVED,
-                       "dependencies": [{"database": "shop", "schema": "public", "table": "orders"}]},
-                      "no reusable content")
-        await refused({"key": "e", "family": "explained_error", "title": "Query failed",
-                       "content": {"error": "column does not exist"}, "decisions": APPROVED},
-                      "no reusable content: a explained_error needs an error and its correction")
-        await refused(active_def(content={"definition": "   "}), "no reusable content")
-        await refused({"key": "u", "kind": "update", "card_id": f"mem-{uuid.uuid4()}",
-                       "revision": 1, "decisions": APPROVED}, "changes at least one field")
-        await refused(active_def(links=[{"target": "nope"}]), "neither a card id nor the key")
-        r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr, json={"proposals": [
-            active_def(), active_def(title="Same again")]})
-        assert r.status_code == 422 and "duplicate key" in r.json()["detail"]
-        r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr, json={"proposals": [
-            active_def(), active_def(key="active2", content={
-                "definition": "a customer WITH a purchase in the last 30 days."})]})
-        assert r.status_code == 422 and r.json()["item"] == "active2"
-        assert "same family and content" in r.json()["detail"]
+        hr = env.token("acme", "memory.review")
+        r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr,
+                                  json={"proposals": batch})
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert words in r.json()["detail"], r.text
+        if item:
+            assert r.json()["item"] == item, r.text
+        if field:
+            assert r.json()["field"] == field
         assert env.scalar("SELECT count(*) FROM memory.session_proposals") == 0
         assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'propose' "
-                           "AND outcome = 'rejected:invalid_input'") == 9
+                          "AND outcome = 'rejected:invalid_input'") == 1
 
-        # permission missing -> 403; another workspace's token -> 404 (on every route)
-        await _propose(env, hr, "s-r", [active_def(), solved()])
+
+async def _proposed_session_r(env) -> tuple[dict[str, str], dict[str, str]]:
+    """Workspaces acme and other; session s-r of acme holds an addition and a solved question;
+    returns acme's (manage, review) headers."""
+    env.workspace("acme")
+    env.workspace("other")
+    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    await _propose(env, hr, "s-r", [active_def(), solved()])
+    return hm, hr
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", f"{SESSION}/s-r/proposals", {"proposals": [active_def()]}),
+    ("GET", f"{SESSION}/s-r/summary", None),
+    ("POST", f"{SESSION}/s-r/review", {"review_id": "x", "decline_all": True}),
+    ("POST", f"{SESSION}/s-r/solved-index", None),
+], ids=["proposals", "summary", "review", "solved-index"])
+async def test_a_session_route_needs_the_review_permission_of_its_workspace(
+        make_env, method, path, body):
+    """Permission missing -> 403; another workspace's token -> 404; no token -> 401."""
+    async with make_env() as env:
+        hm, _ = await _proposed_session_r(env)
         hb = env.token("other", "memory.review")
-        for method, path, body in [
-            ("POST", f"{SESSION}/s-r/proposals", {"proposals": [active_def()]}),
-            ("GET", f"{SESSION}/s-r/summary", None),
-            ("POST", f"{SESSION}/s-r/review", {"review_id": "x", "decline_all": True}),
-            ("POST", f"{SESSION}/s-r/solved-index", None),
-        ]:
-            for headers, status in ((hm, 403), (env.token("acme", "memory.schema"), 403),
-                                    (hb, 404), ({}, 401)):
-                r = await env.client.request(method, path, json=body, headers=headers)
-                assert r.status_code == status, (method, path, status, r.text)
-            r = await env.client.request(method, path, json=body, headers=hb)
-            assert "Active customer" not in r.text
+        for headers, status in ((hm, 403), (env.token("acme", "memory.schema"), 403),
+                                (hb, 404), ({}, 401)):
+            r = await env.client.request(method, path, json=body, headers=headers)
+            assert r.status_code == status, (method, path, status, r.text)
+        r = await env.client.request(method, path, json=body, headers=hb)
+        assert "Active customer" not in r.text
 
-        # a key already stored with other content is a conflict; nothing selected is refused
-        r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr, json={"proposals": [
-            active_def(title="Active customer (edited)")]})
-        assert r.status_code == 409 and r.json()["item"] == "active"
-        r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": []}, 422)
-        assert "decline_all" in r.json()["detail"]
-        r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [{"key": "zzz"}]}, 422)
-        assert r.json()["item"] == "zzz"
-        # the session's approved SQL is read-only in review; its question and context are not
-        r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [
-            {"key": "active"},
-            {"key": "q1", "edits": {"content": {"sql": "SELECT 1"}}}]}, 422)
-        assert r.json()["item"] == "q1" and "read-only" in r.json()["detail"]
-        assert r.json()["field"] == "selected[1].edits.content.sql"
-        r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [  # family is fixed
-            {"key": "q1", "edits": {"content": {"question": "x"}, "family": "sql_rule"}}]}, 400)
-        assert "unknown field `family`" in r.text
+
+async def test_refused_reviews_and_session_requests_write_nothing(make_env, subtests):
+    async with make_env() as env:
+        _, hr = await _proposed_session_r(env)
+        with subtests.test("a key already stored with other content is a conflict"):
+            r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr, json={"proposals": [
+                active_def(title="Active customer (edited)")]})
+            assert r.status_code == 409 and r.json()["item"] == "active"
+        with subtests.test("nothing selected is refused"):
+            r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": []}, 422)
+            assert "decline_all" in r.json()["detail"]
+        with subtests.test("an unknown key is refused by name"):
+            r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [{"key": "zzz"}]},
+                              422)
+            assert r.json()["item"] == "zzz"
+        with subtests.test("the session's approved SQL is read-only in review"):
+            # (its question and context are not)
+            r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [
+                {"key": "active"},
+                {"key": "q1", "edits": {"content": {"sql": "SELECT 1"}}}]}, 422)
+            assert r.json()["item"] == "q1" and "read-only" in r.json()["detail"]
+            assert r.json()["field"] == "selected[1].edits.content.sql"
+        with subtests.test("the family is fixed"):
+            r = await _review(env, hr, "s-r", {"review_id": "rv-r", "selected": [
+                {"key": "q1", "edits": {"content": {"question": "x"}, "family": "sql_rule"}}]},
+                400)
+            assert "unknown field `family`" in r.text
         assert env.scalar("SELECT count(*) FROM memory.cards") == 0
         assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
-        r = await env.client.get(f"{SESSION}/nobody/summary", headers=hr)
-        assert r.status_code == 404
-        r = await env.client.post(f"{SESSION}/s-r/solved-index", headers=hr)
-        assert r.status_code == 404 and "no review receipt" in r.json()["detail"]
+        with subtests.test("the summary of a session without proposals is a 404"):
+            r = await env.client.get(f"{SESSION}/nobody/summary", headers=hr)
+            assert r.status_code == 404
+        with subtests.test("solved-index before a review is a 404"):
+            r = await env.client.post(f"{SESSION}/s-r/solved-index", headers=hr)
+            assert r.status_code == 404 and "no review receipt" in r.json()["detail"]
 
-        # an explicit decline of all is a receipt too, and replays like one
+
+async def test_declining_all_is_a_receipt_too_and_replays_like_one(make_env):
+    async with make_env() as env:
+        _, hr = await _proposed_session_r(env)
         r = await _review(env, hr, "s-r", {"review_id": "rv-r", "decline_all": True,
                                            "note": "not reusable"})
         declined = r.json()
@@ -487,51 +661,38 @@ async def test_workflow_tables_are_isolated_by_workspace(make_env):
 
 
 async def test_cli_workflow_commands_against_a_live_writer(make_env, tmp_path, monkeypatch, capsys):
-    async with make_env() as env:
-        env.workspace("acme")
-        review = env.token("acme", "memory.review", "memory.schema")["Authorization"].split()[1]
-        server, task, url = await start_server(create_app(env.settings, env.resources))
-        monkeypatch.setenv("MEMARC_URL", url)
-        monkeypatch.setenv("MEMARC_TOKEN", review)
-
+    async with live_writer(make_env, monkeypatch, "memory.review", "memory.schema"):
         async def cli(*argv: str):
-            capsys.readouterr()
-            code = await asyncio.to_thread(main, list(argv))
-            out = capsys.readouterr()
-            return code, (json.loads(out.out) if out.out.strip() else None), \
-                (out.err.strip().splitlines() or [""])[-1]
+            return await run_cli(capsys, *argv)
 
-        try:
-            props, rev = tmp_path / "proposals.json", tmp_path / "review.json"
-            props.write_text(json.dumps([active_def(), solved()]))  # a bare list is accepted
-            code, _, err = await cli("propose", "--workspace", "acme", "--session", "a/b",
-                                     "--data", str(props))
-            assert code == 2 and json.loads(err)["code"] == "bad_input"
-            code, out, _ = await cli("propose", "--workspace", "acme", "--session", "s 1:x",
-                                     "--data", str(props))
-            assert code == 0 and [p["action"] for p in out["proposals"]] == ["create", "create"]
-            code, out, _ = await cli("summary", "--workspace", "acme", "--session", "s 1:x")
-            assert code == 0 and out["counts"]["create"] == 2 and out["session_id"] == "s 1:x"
-            rev.write_text(json.dumps({"review_id": "cli-1", "selected": [
-                {"key": "active"}, {"key": "q1", "edits": {"content": {"sql": "SELECT 2"}}}]}))
-            code, _, err = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",
-                                     "--data", str(rev))
-            assert code == 2 and json.loads(err)["item"] == "q1"
-            rev.write_text(json.dumps({"review_id": "cli-1", "selected": [
-                {"key": "active"}, {"key": "q1"}]}))
-            code, first, _ = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",
-                                       "--data", str(rev))
-            assert code == 0 and [i["action"] for i in first["items"]] == ["created", "created"]
-            code, again, _ = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",
-                                       "--data", str(rev))
-            assert code == 0 and again == first
-            code, out, _ = await cli("solved-index", "--workspace", "acme", "--session", "s 1:x")
-            assert code == 0 and len(out["operations"]) == 2
-            change = tmp_path / "change.json"
-            change.write_text(json.dumps({"run_id": "cli-run", "database": "shop",
-                                          "schema": "public", "removed_tables": ["customers"]}))
-            code, out, _ = await cli("schema-cleanup", "--workspace", "acme", "--data", str(change))
-            q1 = next(i["card_id"] for i in first["items"] if i["key"] == "q1")
-            assert code == 0 and out["status"] == "done" and out["deleted"] == [q1]
-        finally:
-            await stop_server(server, task)
+        props, rev = tmp_path / "proposals.json", tmp_path / "review.json"
+        props.write_text(json.dumps([active_def(), solved()]))  # a bare list is accepted
+        code, _, err = await cli("propose", "--workspace", "acme", "--session", "a/b",
+                                 "--data", str(props))
+        assert code == 2 and json.loads(err)["code"] == "bad_input"
+        code, out, _ = await cli("propose", "--workspace", "acme", "--session", "s 1:x",
+                                 "--data", str(props))
+        assert code == 0 and [p["action"] for p in out["proposals"]] == ["create", "create"]
+        code, out, _ = await cli("summary", "--workspace", "acme", "--session", "s 1:x")
+        assert code == 0 and out["counts"]["create"] == 2 and out["session_id"] == "s 1:x"
+        rev.write_text(json.dumps({"review_id": "cli-1", "selected": [
+            {"key": "active"}, {"key": "q1", "edits": {"content": {"sql": "SELECT 2"}}}]}))
+        code, _, err = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",
+                                 "--data", str(rev))
+        assert code == 2 and json.loads(err)["item"] == "q1"
+        rev.write_text(json.dumps({"review_id": "cli-1", "selected": [
+            {"key": "active"}, {"key": "q1"}]}))
+        code, first, _ = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",
+                                   "--data", str(rev))
+        assert code == 0 and [i["action"] for i in first["items"]] == ["created", "created"]
+        code, again, _ = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",
+                                   "--data", str(rev))
+        assert code == 0 and again == first
+        code, out, _ = await cli("solved-index", "--workspace", "acme", "--session", "s 1:x")
+        assert code == 0 and len(out["operations"]) == 2
+        change = tmp_path / "change.json"
+        change.write_text(json.dumps({"run_id": "cli-run", "database": "shop",
+                                      "schema": "public", "removed_tables": ["customers"]}))
+        code, out, _ = await cli("schema-cleanup", "--workspace", "acme", "--data", str(change))
+        q1 = next(i["card_id"] for i in first["items"] if i["key"] == "q1")
+        assert code == 0 and out["status"] == "done" and out["deleted"] == [q1]

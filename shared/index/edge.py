@@ -237,6 +237,12 @@ class QdrantEdgeEngine:
         name = self.collection(workspace)
         return await self._call(lambda: self._check_sync(name, dense_model, dimension))
 
+    async def physical_collection(self, workspace: str) -> str | None:
+        """The physical shard that ``current.json`` names for the workspace, or None when it has
+        none."""
+        name = self.collection(workspace)
+        return await self._call(lambda: self._resolve(name))
+
     async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
         """See :meth:`IndexEngine.ensure_collection`."""
         name = self.collection(workspace)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from shared.config import Settings
@@ -55,17 +56,34 @@ def _is_connection_error(exc: BaseException) -> bool:
                             TimeoutError, OSError))
 
 
+def connect(settings: Settings) -> Any:
+    """A ``qdrant_client.QdrantClient`` for the settings: the server at ``qdrant_url`` (10 s
+    timeout), else local mode under ``resolved_qdrant_path()``.
+
+    :raises RuntimeError: the local storage is locked by another client (another process).
+    """
+    from qdrant_client import QdrantClient
+
+    if settings.embedded_qdrant:
+        return QdrantClient(path=settings.resolved_qdrant_path())
+    return QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=10,
+                        check_compatibility=False)
+
+
 class QdrantClientEngine:
     """:class:`IndexEngine` on qdrant-client: a server when ``settings.qdrant_url`` is set, else
     local mode under ``settings.resolved_qdrant_path()`` (single process per path).
 
     Calls run in a worker thread; local mode is additionally serialised by a lock (it is not
-    thread-safe).
+    thread-safe). The client is made on first use by ``connect`` (default :func:`connect`; a
+    test passes one that wraps the real client to inject faults) and again after :meth:`close`.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings,
+                 connect: Callable[[Settings], Any] = connect) -> None:
         self.settings = settings
         self.prefix = settings.collection_prefix
+        self._connect = connect
         self._client: Any = None
         self._local = settings.embedded_qdrant
         self._lock = threading.Lock()
@@ -86,15 +104,8 @@ class QdrantClientEngine:
 
     def _open(self) -> Any:
         if self._client is None:
-            from qdrant_client import QdrantClient
-
             try:
-                if self._local:
-                    self._client = QdrantClient(path=self.settings.resolved_qdrant_path())
-                else:
-                    self._client = QdrantClient(url=self.settings.qdrant_url,
-                                                api_key=self.settings.qdrant_api_key, timeout=10,
-                                                check_compatibility=False)
+                self._client = self._connect(self.settings)
             except RuntimeError as exc:  # local storage already locked by another process
                 raise IndexUnavailable(f"embedded index unavailable: {exc}") from exc
         return self._client
@@ -147,6 +158,12 @@ class QdrantClientEngine:
         """See :meth:`IndexEngine.check_collection`."""
         name = self.collection(workspace)
         return await self._call(lambda c: self._check_sync(c, name, dense_model, dimension))
+
+    async def physical_collection(self, workspace: str) -> str | None:
+        """The physical collection the workspace's alias points at (the name itself for a
+        collection made before aliases), or None when it has none."""
+        name = self.collection(workspace)
+        return await self._call(lambda c: self._resolve(c, name))
 
     async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
         """See :meth:`IndexEngine.ensure_collection`."""

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -106,13 +107,20 @@ async def _release(db: Database, index: IndexEngine, workspace: str, rebuild_id:
 async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                         rebuild_id: uuid.UUID, *, lease_seconds: int = 300,
                         privacy: PrivacyFilter = DEFAULT_FILTER,
-                        optimize_min_cards: int = OPTIMIZE_MIN_CARDS) -> dict[str, Any] | None:
+                        optimize_min_cards: int = OPTIMIZE_MIN_CARDS,
+                        on_batch_written: Callable[[str], Awaitable[None]] | None = None,
+                        ) -> dict[str, Any] | None:
     """Run a claimed rebuild to completion; returns the tracked row, or None when the rebuild
     is not claimable (done, or running under a live lease elsewhere).
 
     Every card goes through the privacy filter before it is embedded. Failures, a card the
     filter refuses included (fail closed), are recorded on the rebuild (status ``failed``,
     error) and the new collection is dropped; the workspace keeps its old collection.
+
+    ``on_batch_written`` (None in production) is awaited with the new collection's name after
+    each batch of the first pass is written and its progress recorded, before the catch-up and
+    the switch: the moment at which tests write cards (which the catch-up must take in) or
+    interrupt the rebuild.
     """
     async with db.transaction(workspace) as conn:
         row = await rebuilds.claim(conn, rebuild_id, lease_seconds)
@@ -134,6 +142,8 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 await rebuilds.progress(conn, rebuild_id, done=min(start + BATCH, len(ids)),
                                         total=len(ids), collection=target,
                                         lease_seconds=lease_seconds)
+            if on_batch_written is not None:
+                await on_batch_written(target)
         optimized = False
         if len(ids) >= optimize_min_cards:
             optimized = await index.optimize_collection(target)

@@ -1,0 +1,249 @@
+"""Test helpers shared by the test modules: the test archive (:class:`Env`), servers on loopback
+and the CLI against them, index points written behind the archive's back, catalogue row counts,
+and skips that CI refuses.
+
+Test modules import these directly (``from helpers import ...``); ``conftest.py`` holds only the
+fixtures and pytest hooks, and imports from here what they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+import pytest
+from litestar import Litestar
+
+from shared.config import Settings
+from shared.projection.jobs import build_worker
+from shared.resources import Resources
+from shared.store.bootstrap import create_token, create_workspace
+
+#: the repository's root folder
+ROOT = Path(__file__).resolve().parents[1]
+#: the team's offline model copies (``../shared/models``), used when present
+SHARED_MODELS = ROOT.parent / "shared" / "models"
+#: the embedded index engines a ``both_engines`` test runs on
+ENGINES = ("edge", "local")
+
+
+def with_database(url: str, dbname: str) -> str:
+    """``url`` (a PostgreSQL URL) with its database name replaced by ``dbname``."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+def model_env() -> dict[str, str]:
+    """Model settings (``MEMARC_DENSE_MODEL_PATH``, ``MEMARC_BM25_MODEL_PATH``): the
+    environment's, else the team's offline copies when present, else none (fastembed
+    downloads)."""
+    env = {}
+    for key, folder in (("MEMARC_DENSE_MODEL_PATH", "all-MiniLM-L6-v2-onnx"),
+                        ("MEMARC_BM25_MODEL_PATH", "bm25")):
+        value = os.environ.get(key) or (str(SHARED_MODELS / folder)
+                                        if (SHARED_MODELS / folder).exists() else "")
+        if value:
+            env[key] = value
+    return env
+
+
+@dataclass
+class Env:
+    """One test's archive (what ``async with make_env() as env`` gives): its settings, its
+    process resources, the writer app and an HTTP client on it (in-process ASGI transport), and
+    the database owner's URL (``migrator_url``, no row-level security)."""
+
+    settings: Settings
+    resources: Resources
+    client: httpx.AsyncClient
+    migrator_url: str
+    app: Litestar
+
+    def workspace(self, name: str, language: str = "en") -> None:
+        """Create workspace ``name`` (as the migrator, like ``memarc workspace``)."""
+        create_workspace(self.migrator_url, "memory", name, language)
+
+    def scalar(self, query: str, *params: Any) -> Any:
+        """The first column of the first row of ``query``, as the database owner (no RLS)."""
+        with psycopg.connect(self.migrator_url) as conn:
+            return conn.execute(query, params).fetchone()[0]
+
+    def token(self, workspace: str, *permissions: str, **kw: Any) -> dict[str, str]:
+        """Headers with a new bearer token of ``workspace`` (default permission
+        ``memory.manage``; ``kw`` as :func:`shared.store.bootstrap.create_token`)."""
+        perms = list(permissions) or ["memory.manage"]
+        tok = create_token(self.migrator_url, "memory", workspace, perms, **kw)["token"]
+        return {"Authorization": f"Bearer {tok}"}
+
+    async def drain(self, max_jobs: int = 2) -> None:
+        """Run a burst worker until the queue is empty (its start-up sweep re-enqueues pending
+        operations and queued rebuilds first)."""
+        worker = build_worker(self.resources, burst=True, max_jobs=max_jobs, poll_delay=0.05)
+        try:
+            await worker.main()
+        finally:
+            await worker.close()
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip a test whose environment is missing (no chromium, no datasets folder, PostgreSQL
+    only over a socket), or fail it when ``MEMARC_NO_SKIP`` is set: ``.ci/run`` sets it, so in CI
+    every test runs or the run is red."""
+    if os.environ.get("MEMARC_NO_SKIP"):
+        pytest.fail(f"MEMARC_NO_SKIP is set, but: {reason}")
+    pytest.skip(reason)
+
+
+async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None = None,
+                      **payload_overrides: Any) -> uuid.UUID:
+    """Write a point straight into the workspace ``acme``'s index, bypassing PostgreSQL (a
+    ghost, forged or misplaced point), with real embeddings of the card's projected text;
+    ``pid`` defaults to the card's own id. Returns the point id."""
+    from shared.index.engine import PointIn
+    from shared.models import Card
+    from shared.projection.project import payload, projected_text
+
+    card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
+    dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
+    pid = pid or uuid.UUID(card.id[4:])
+    await env.resources.index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
+                                                      payload={**payload(card), **payload_overrides})])
+    return pid
+
+
+async def make_incompatible_collection(index: Any, workspace: str, dimension: int = 384) -> None:
+    """Replace the workspace collection by one without the BM25 vector and with a dense vector
+    of ``dimension`` (an old deployment's), on either embedded engine, through their public
+    interface only:
+
+    - Qdrant Edge: a legacy shard ``<name>__legacy`` next to the engine's shards, switched in
+      with :meth:`~shared.index.edge.QdrantEdgeEngine.switch_collection`;
+    - qdrant-client local mode: a collection named like the workspace itself (as collections
+      were before aliases), created by a client of our own on the engine's storage while the
+      engine is closed (it reopens on its next call).
+    """
+    from shared.index.edge import QdrantEdgeEngine
+
+    await index.drop(workspace)
+    if isinstance(index, QdrantEdgeEngine):
+        import qdrant_edge as qe
+
+        physical = f"{index.collection(workspace)}__legacy"
+        folder = index.root / physical / "shard"
+        folder.mkdir(parents=True)
+        qe.EdgeShard.create(str(folder), qe.EdgeConfig(vectors={
+            "dense": qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})).close()
+        await index.switch_collection(workspace, physical)
+    else:
+        from qdrant_client import QdrantClient
+        from qdrant_client import models as qm
+
+        await index.close()  # releases the storage lock; the engine reopens on its next call
+
+        def create() -> None:
+            client = QdrantClient(path=index.settings.resolved_qdrant_path())
+            try:
+                client.create_collection(index.collection(workspace), vectors_config={
+                    "dense": qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)})
+            finally:
+                client.close()
+
+        await asyncio.to_thread(create)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (free when asked; a server binds it a moment later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def start_server(app: Any) -> tuple[Any, asyncio.Task, str]:
+    """Serve an ASGI app with uvicorn on a free loopback port in this event loop (no lifespan:
+    the app's resources belong to the caller); returns ``(server, task, base_url)`` for
+    :func:`stop_server`."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    return server, task, f"http://127.0.0.1:{port}"
+
+
+async def stop_server(server: Any, task: asyncio.Task) -> None:
+    """Stop a server started by :func:`start_server` and wait until it has shut down."""
+    server.should_exit = True
+    await task
+
+
+def archive_tables(conn: psycopg.Connection, schema: str = "memory") -> list[str]:
+    """Every ordinary or partitioned table of the archive schema, from the catalogue, by name."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", [schema])
+    return [r[0] for r in rows]
+
+
+def archive_row_counts(conn: psycopg.Connection, schema: str = "memory") -> dict[str, int]:
+    """Row count of every table of the archive schema, ``{table: rows}`` (as the connection's
+    role: a superuser sees every workspace)."""
+    from psycopg import sql
+
+    tables = archive_tables(conn, schema)
+    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join(
+        sql.SQL("(SELECT count(*) FROM {}.{})").format(sql.Identifier(schema), sql.Identifier(t))
+        for t in tables))
+    return dict(zip(tables, conn.execute(query).fetchone()))
+
+
+def row_changes(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """The tables whose row count differs between two :func:`archive_row_counts`, with the
+    difference (``after - before``)."""
+    return {t: after[t] - before[t] for t in after if after[t] != before[t]}
+
+
+async def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    """Run ``memarc *argv`` (in a thread: its HTTP client blocks) with the output captured by
+    ``capsys``; returns (exit code, standard output parsed as JSON or None when empty, the last
+    line of standard error or "")."""
+    from writer.cli import main
+
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, list(argv))
+    out = capsys.readouterr()
+    return (code, json.loads(out.out) if out.out.strip() else None,
+            (out.err.strip().splitlines() or [""])[-1])
+
+
+@asynccontextmanager
+async def live_writer(make_env: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
+                      *permissions: str) -> AsyncIterator[Env]:
+    """An archive (``make_env()``) with workspace ``acme`` whose writer serves on loopback, and
+    ``MEMARC_URL`` / ``MEMARC_TOKEN`` set for the CLI (a token of ``acme`` with
+    ``permissions``, default ``memory.manage``); the server stops on the way out."""
+    from writer.app import create_app
+
+    async with make_env() as env:
+        env.workspace("acme")
+        token = env.token("acme", *permissions)["Authorization"].split()[1]
+        server, task, url = await start_server(create_app(env.settings, env.resources))
+        monkeypatch.setenv("MEMARC_URL", url)
+        monkeypatch.setenv("MEMARC_TOKEN", token)
+        try:
+            yield env
+        finally:
+            await stop_server(server, task)
