@@ -3,7 +3,7 @@
 when present; no database needed).
 
 Over the BIRD cards shipped with the package: the time to build every card's filtered document
-(:func:`shared.projection.project.projected_document`: text + payload through the filter) against the
+(:func:`shared.projection.documents.projected_document`: texts + payload through the filter) against the
 unfiltered one (``projected_text`` + ``payload``), and against embedding (dense + BM25, the
 archive's own embedding call) of a sample of the same texts, per card, in the same process. Also
 counts the cards the filter changes (false positives: these cards hold no secrets).
@@ -26,7 +26,8 @@ from shared.config import load_settings  # noqa: E402
 from shared.index.embedding import Embedder  # noqa: E402
 from shared.models import Card  # noqa: E402
 from shared.privacy import DEFAULT_FILTER  # noqa: E402
-from shared.projection.project import payload, projected_document, projected_text  # noqa: E402
+from shared.index.engine import BM25  # noqa: E402
+from shared.projection.documents import payload, projected_document, vector_texts  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 
@@ -51,7 +52,7 @@ def main() -> None:
     cards = _cards()
 
     t0 = time.perf_counter()
-    plain = [(projected_text(c), payload(c)) for c in cards]
+    plain = [(vector_texts(c, []), payload(c)) for c in cards]
     t_plain = time.perf_counter() - t0
     t0 = time.perf_counter()
     filtered = [projected_document(c, DEFAULT_FILTER) for c in cards]
@@ -60,7 +61,7 @@ def main() -> None:
 
     embedder = Embedder(load_settings(env))
     embedder.load(("en",))
-    sample = [text for text, _ in filtered[:: max(1, len(filtered) // args.sample)]][: args.sample]
+    sample = [texts[BM25] for texts, _ in filtered[:: max(1, len(filtered) // args.sample)]][: args.sample]
     t0 = time.perf_counter()
     embedder.embed_documents_sync(sample, "en")
     t_embed = time.perf_counter() - t0

@@ -1,128 +1,319 @@
-"""Retrieval quality on the BIRD cards: hybrid vs dense-only vs BM25-only, with and without link
-expansion, per mode and per family. Run: ``.venv/bin/python bench/recall_quality.py``
-(``make bench``); needs a PostgreSQL superuser URL (see ``bench/_archive.py``).
+"""Recall quality through the code path of ``POST /search`` (verification and link expansion
+included): the product's retrieval profile of each mode next to the peer configurations, on
+Spider-Syn and on the BIRD cards, with the tuning / report split. Run:
+``.venv/bin/python bench/recall_quality.py [--part spider,bird-b,bird-a] [--json]`` (``make bench``);
+needs a PostgreSQL superuser URL (see ``bench/_archive.py``) and ``../shared/datasets``.
 
-Checks:
-(a) clarification recall: for every evidence clause shared by two or more BIRD questions, query
-    each of those questions (original wording) in ``search`` mode (and in ``rules`` mode for
-    clauses stored as SQL rules): is the clause's card in the top 1 / top 5; MRR@10. Also with
-    the question's database as a physical-context filter, as an assistant that knows the
-    database would ask.
-(b) solved-question recall: the hand-written rewordings in ``bench/fixtures/reworded_questions.jsonl``
-    queried in ``solved`` mode: is the original solved question at rank 1 / in the top 5; MRR@10.
+Every archive is imported and projected by the product (outbox, worker projection, Qdrant
+Edge). The peers are what pointing plain Qdrant hybrid search at the same cards gives: a second
+index of the same points built from the card's text as format 2 indexed it (one dense vector and
+one BM25 vector of ``projected_text``, no key text, no linked questions), searched through the
+same verified recall with the peer's fusion: ``dense only``, ``BM25 only``, ``RRF k=60`` (equal
+weights; the old default) and ``DBSF`` (equal weights; Qdrant's other built-in fusion).
 
-Prints one table; all variants are measured in the same run on the same archive.
+Parts and splits (weights were chosen on TUNE, never on REPORT; ``shared/recall/profiles.py``):
+
+- ``spider``: Spider-Syn train as solved questions: one card per (db_id, normalised SQL) from the
+  group's first original question (title and question, the SQL, concept and dependencies from the
+  SQL's tables); queried with each row's synonym rewording (``syn``, human-written) and with the
+  group's other original wordings (``orig``), all 140 databases in one workspace, per-database
+  filter (``db``) and workspace-wide (``ws``). Split: the sorted db_ids, even index TUNE, odd
+  index REPORT.
+- ``bird-b``: the 66 hand rewordings of BIRD questions (``bench/fixtures``), solved mode, and the
+  original wordings, on the 2,251 bundled BIRD cards.
+- ``bird-a``: clause recall, leave-one-out in two folds: fold X's archive holds every
+  clarification, rule and explained error and the solved questions of fold X (solved cards in
+  file order, even / odd position); each question of the other fold is asked for each
+  clarification or rule it links to. So a question never finds its clause through its own solved
+  card (that would be leakage: the clause's projection holds the questions that link to it).
+  ``shared`` = clauses linked by two or more questions (the issue's shared-clause check),
+  ``all`` = every pair; ``search`` and (for sql_rule clauses) ``rules`` mode, workspace-wide and
+  with the question's database as filter. BIRD databases: sorted, even index TUNE, odd REPORT.
+
+Reported per row: r@1, r@5 and MRR@10 of the wanted card (top 10).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
+import re
 import sys
+import tempfile
 import time
+import uuid
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-import psycopg
+import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._archive import ROOT, build  # noqa: E402
+from bench._archive import ROOT, BenchArchive, build  # noqa: E402
 from shared.cards_file import bundled_cards, read_cards  # noqa: E402
-from shared.models import Filters, ImportCard, SearchRequest, card_id_str  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.index.edge import QdrantEdgeEngine  # noqa: E402
+from shared.index.engine import BM25, DENSE, PointIn, VectorLayout  # noqa: E402
+from shared.models import Dependency, Filters, ImportCard, SearchRequest, Source  # noqa: E402
+from shared.projection.documents import projected_document, projected_text  # noqa: E402
+from shared.recall.fusion import FusionProfile  # noqa: E402
 from shared.recall.verified import recall  # noqa: E402
+from shared.store import cards as card_store  # noqa: E402
+from tools.bird_cards import clean_text, make_title  # noqa: E402
 
-VARIANTS = {
-    "hybrid": ((1.0, 1.0), True),
-    "hybrid, no links": ((1.0, 1.0), False),
-    "dense only": ((1.0, 0.0), True),
-    "bm25 only": ((0.0, 1.0), True),
+DATASETS = ROOT.parent / "shared" / "datasets"
+SPIDER = DATASETS / "spider_syn_train" / "train_spider.json.gz"
+PRODUCT = "product"
+PEERS: dict[str, FusionProfile] = {
+    "dense only": FusionProfile(method="rrf", weights={DENSE: 1.0}),
+    "BM25 only": FusionProfile(method="rrf", weights={BM25: 1.0}),
+    "RRF k=60": FusionProfile(method="rrf", weights={DENSE: 1.0, BM25: 1.0}),
+    "DBSF": FusionProfile(method="dbsf", weights={DENSE: 1.0, BM25: 1.0}),
 }
+TABLE_RE = re.compile(r"\b(?:from|join)\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 
 
 def metrics(ranks: list[int | None]) -> dict[str, float]:
     n = len(ranks) or 1
-    return {"n": len(ranks),
-            "r@1": sum(1 for r in ranks if r == 1) / n,
+    return {"n": len(ranks), "r@1": sum(1 for r in ranks if r == 1) / n,
             "r@5": sum(1 for r in ranks if r and r <= 5) / n,
             "mrr": sum(1 / r for r in ranks if r) / n}
 
 
+class Compared:
+    """One archive with its product index and its peer index (format 2's text)."""
+
+    def __init__(self, bench: BenchArchive, peer: QdrantEdgeEngine, peer_layout: VectorLayout):
+        self.bench, self.peer, self.peer_layout = bench, peer, peer_layout
+
+    async def ranks(self, query: str, mode: str, wanted: str, database: str | None = None
+                    ) -> dict[str, int | None]:
+        """Rank of ``wanted`` (top 10) under the product and each peer."""
+        res = self.bench.resources
+        req = SearchRequest(query=query, top=10, mode=mode,  # type: ignore[arg-type]
+                            filters=Filters(database=database) if database else None)
+        out: dict[str, int | None] = {}
+        got = await recall(res.db, res.index, res.embedder, self.bench.principal,
+                           self.bench.workspace, req)
+        out[PRODUCT] = _rank(got, wanted)
+        for name, profile in PEERS.items():
+            got = await recall(res.db, self.peer, res.embedder, self.bench.principal,
+                               self.bench.workspace, req, profile=profile,
+                               layout=self.peer_layout)
+            out[name] = _rank(got, wanted)
+        return out
+
+    async def close(self) -> None:
+        await self.peer.close()
+        await self.bench.close()
+
+
+def _rank(response: Any, wanted: str) -> int | None:
+    ids = [r.card.id for r in response.results]
+    return ids.index(wanted) + 1 if wanted in ids else None
+
+
+async def compared(name: str, cards: list[ImportCard]) -> tuple[Compared, dict[str, str]]:
+    """Import and project ``cards`` (the product), build the peer index of the same cards;
+    returns the pair and the card id of each import key."""
+    t0 = time.perf_counter()
+    bench = await build(name, cards)
+    res = bench.resources
+    async with res.db.transaction(bench.workspace, read_only=True) as conn:
+        stored = await card_store.get_many(conn, list(await card_store.revisions(conn)))
+    by_key = {c.source.record: c.id for c in stored.values() if c.source and c.source.record}
+    peer = QdrantEdgeEngine(load_settings({}, data_dir=tempfile.mkdtemp(prefix="memarc-peer-"),
+                                          collection_prefix=f"peer_{name}_"))
+    base = res.embedder.layout("en")
+    layout = VectorLayout(dense=(DENSE,), sparse=(BM25,), dimension=base.dimension,
+                          dense_model=base.dense_model, fingerprint=base.fingerprint)
+    await peer.ensure_collection(bench.workspace, layout)
+    cards_list = list(stored.values())
+    for start in range(0, len(cards_list), 256):
+        batch = cards_list[start:start + 256]
+        texts = [projected_text(c) for c in batch]
+        dense, sparse = await res.embedder.embed_texts(texts, texts, "en")
+        await peer.upsert(bench.workspace, [
+            PointIn(id=uuid.UUID(c.id[4:]), dense={DENSE: d}, sparse={BM25: s},
+                    payload=projected_document(c)[1])
+            for c, d, s in zip(batch, dense, sparse)])
+    print(f"  {name}: {len(cards)} cards, product projection {bench.seconds_to_project:.0f} s, "
+          f"all set up in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return Compared(bench, peer, layout), by_key
+
+
+def _with_record(card: ImportCard, record: str) -> ImportCard:
+    """The card with ``source.record`` set to ``record`` (how the bench finds it again)."""
+    return msgspec.structs.replace(card, source=Source(dataset="bench", record=record))
+
+
+# ---- Spider-Syn ------------------------------------------------------------------------
+
+def spider_cards() -> tuple[list[ImportCard], list[dict[str, str]], set[str]]:
+    """The Spider-Syn cards, the queries ``{text, kind, record, db}`` and the REPORT db_ids."""
+    rows = json.loads(gzip.decompress(SPIDER.read_bytes()))
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["db_id"], " ".join(r["query"].strip().rstrip(";").lower().split()))].append(r)
+    cards, queries = [], []
+    for gi, ((db, _), group) in enumerate(groups.items()):
+        question, sql = clean_text(group[0]["SpiderQuestion"]), clean_text(group[0]["query"])
+        tables: list[str] = []
+        for t in TABLE_RE.findall(sql):
+            if t.lower() not in [x.lower() for x in tables]:
+                tables.append(t)
+        deps = [Dependency(db, "public", t) for t in tables] or [Dependency(db)]
+        record = f"spider-{gi}"
+        cards.append(_with_record(ImportCard(
+            key=record, family="solved_question", title=make_title(question),
+            content={"question": question, "sql": sql}, concepts=[db], dependencies=deps),
+            record))
+        seen = {" ".join(question.lower().split())}
+        for kind, texts in (("syn", [r["SpiderSynQuestion"] for r in group]),
+                            ("orig", [r["SpiderQuestion"] for r in group[1:]])):
+            for text in texts:
+                text = clean_text(text)
+                if " ".join(text.lower().split()) in seen:
+                    continue
+                seen.add(" ".join(text.lower().split()))
+                queries.append({"text": text, "kind": kind, "record": record, "db": db})
+    dbs = sorted({q["db"] for q in queries} | {c.concepts[0] for c in cards})
+    return cards, queries, set(dbs[1::2])
+
+
+async def part_spider(rows: list[dict], limit: int | None) -> None:
+    cards, queries, report_dbs = spider_cards()
+    pair, by_key = await compared("quality_spider", cards)
+    try:
+        per: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        chosen = queries if limit is None else queries[::max(1, len(queries) // limit)]
+        for q in chosen:
+            half = "REPORT" if q["db"] in report_dbs else "TUNE"
+            for scope, database in (("db", q["db"]), ("ws", None)):
+                got = await pair.ranks(q["text"], "solved", by_key[q["record"]], database)
+                for config, r in got.items():
+                    per[f"spider {half} {q['kind']} {scope}"][config].append(r)
+        _collect(rows, per)
+    finally:
+        await pair.close()
+
+
+# ---- BIRD ------------------------------------------------------------------------------
+
+def bird_cards() -> list[ImportCard]:
+    """The bundled BIRD cards, each with its key as ``source.record``."""
+    return [_with_record(c, c.key) for c in read_cards(bundled_cards())]
+
+
+BIRD_DBS = ["california_schools", "card_games", "codebase_community", "debit_card_specializing",
+            "european_football_2", "financial", "formula_1", "student_club", "superhero",
+            "thrombosis_prediction", "toxicology"]
+BIRD_REPORT = set(sorted(BIRD_DBS)[1::2])
+
+
+def _database_of(card: ImportCard) -> str | None:
+    return min((d.database for d in card.dependencies), default=None)
+
+
+async def part_bird_b(rows: list[dict]) -> None:
+    cards = bird_cards()
+    by_record = {c.key: c for c in cards}
+    pair, by_key = await compared("quality_bird", cards)
+    try:
+        per: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for line in (ROOT / "bench/fixtures/reworded_questions.jsonl").read_text().splitlines():
+            item = json.loads(line)
+            card = by_record[f"q-{item['question_id']}"]  # the converter's key of a question
+            wanted = by_key[card.key]
+            for wording in ("reworded", "original"):
+                for scope, database in (("ws", None), ("db", _database_of(card))):
+                    got = await pair.ranks(item[wording], "solved", wanted, database)
+                    for config, r in got.items():
+                        per[f"bird-b {wording} {scope}"][config].append(r)
+        _collect(rows, per)
+    finally:
+        await pair.close()
+
+
+async def part_bird_a(rows: list[dict]) -> None:
+    cards = bird_cards()
+    by_key = {c.key: c for c in cards}
+    solved = [c for c in cards if c.family == "solved_question"]
+    users: dict[str, list[str]] = defaultdict(list)
+    for s in solved:
+        for link in s.links:
+            users[link.target].append(s.key)
+    per: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for fold in (0, 1):
+        kept = {s.key for i, s in enumerate(solved) if i % 2 == fold}
+        # links go from solved questions to clauses, which every fold's archive keeps
+        archive = [c for c in cards if c.family != "solved_question" or c.key in kept]
+        pair, ids = await compared(f"quality_bird_fold{fold}", archive)
+        try:
+            for s in solved:
+                if s.key in kept:
+                    continue
+                db = _database_of(s)
+                half = "REPORT" if db in BIRD_REPORT else "TUNE"
+                for link in s.links:
+                    clause = by_key[link.target]
+                    if not any(u in kept for u in users[clause.key]):
+                        continue  # no question of this archive ever used the clause
+                    kinds = ["all"] + (["shared"] if len(users[clause.key]) >= 2 else [])
+                    modes = ["search"] + (["rules"] if clause.family == "sql_rule" else [])
+                    for mode in modes:
+                        for scope, database in (("ws", None), ("db", db)):
+                            got = await pair.ranks(s.content["question"], mode, ids[clause.key],
+                                                   database)
+                            for kind in kinds:
+                                for config, r in got.items():
+                                    per[f"bird-a {half} {kind} {mode} {scope}"][config].append(r)
+        finally:
+            await pair.close()
+    _collect(rows, per)
+
+
+def _collect(rows: list[dict], per: dict[str, dict[str, list]]) -> None:
+    for check, configs in sorted(per.items()):
+        for config, ranks in configs.items():
+            rows.append({"check": check, "config": config, **metrics(ranks)})
+
+
 async def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cards", default=str(bundled_cards()), help="cards file")
+    ap.add_argument("--part", default="spider,bird-b,bird-a",
+                    help="comma-separated parts: spider, bird-b, bird-a")
+    ap.add_argument("--spider-queries", type=int, default=None,
+                    help="an evenly spread sample of the Spider-Syn queries (default: all)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
-    cards: list[ImportCard] = read_cards(Path(args.cards))
+    rows: list[dict] = []
     t0 = time.perf_counter()
-    bench = await build("quality", cards)
-    setup = time.perf_counter() - t0
-
-    with psycopg.connect(bench.db_url) as conn:
-        solved = {row[0]: row[1] for row in conn.execute(
-            "SELECT source->>'record', id FROM memory.cards WHERE family = 'solved_question'")}
-        question_text = {row[0]: row[1] for row in conn.execute(
-            "SELECT id, content->>'question' FROM memory.cards WHERE family = 'solved_question'")}
-        database_of = {row[0]: row[1] for row in conn.execute(
-            "SELECT card_id, min(database_name) FROM memory.card_dependencies GROUP BY card_id")}
-        links = conn.execute(
-            "SELECT l.source_id, l.target_id, t.family FROM memory.card_links l "
-            "JOIN memory.cards s ON s.id = l.source_id JOIN memory.cards t ON t.id = l.target_id "
-            "WHERE s.family = 'solved_question'").fetchall()
-    users: dict = defaultdict(set)
-    target_family = {}
-    for src, dst, fam in links:
-        users[dst].add(src)
-        target_family[dst] = fam
-    shared_pairs = [(q, clause) for clause, qs in users.items() if len(qs) >= 2 for q in sorted(qs, key=str)]
-    reworded = [json.loads(x) for x in (ROOT / "bench/fixtures/reworded_questions.jsonl").read_text().splitlines()]
-
-    async def rank_of(query: str, mode: str, want, weights, expand, top=10,
-                      database: str | None = None) -> int | None:
-        req = SearchRequest(query=query, top=top, mode=mode,
-                            filters=Filters(database=database) if database else None)
-        res = await recall(bench.resources.db, bench.resources.index, bench.resources.embedder,
-                           bench.principal, bench.workspace, req, branch_weights=weights,
-                           expand=expand)
-        ids = [r.card.id for r in res.results]
-        return ids.index(card_id_str(want)) + 1 if card_id_str(want) in ids else None
-
-    rows = []
-    for name, (weights, expand) in VARIANTS.items():
-        per: dict[str, list] = defaultdict(list)
-        for q, clause in shared_pairs:
-            fam = target_family[clause]
-            r = await rank_of(question_text[q], "search", clause, weights, expand)
-            per[f"(a) search / {fam}"].append(r)
-            per["(a) search / all"].append(r)
-            per["(a) search+database / all"].append(await rank_of(
-                question_text[q], "search", clause, weights, expand, database=database_of[q]))
-            if fam == "sql_rule":
-                per["(a) rules / sql_rule"].append(
-                    await rank_of(question_text[q], "rules", clause, weights, expand))
-        for item in reworded:
-            want = solved[str(item["question_id"])]
-            per["(b) solved / reworded"].append(
-                await rank_of(item["reworded"], "solved", want, weights, expand))
-            per["(b) solved / original"].append(
-                await rank_of(item["original"], "solved", want, weights, expand))
-        for check, ranks in sorted(per.items()):
-            rows.append({"variant": name, "check": check, **metrics(ranks)})
-
-    await bench.close()
+    parts = set(args.part.split(","))
+    if "spider" in parts:
+        await part_spider(rows, args.spider_queries)
+    if "bird-b" in parts:
+        await part_bird_b(rows)
+    if "bird-a" in parts:
+        await part_bird_a(rows)
     if args.json:
-        print(json.dumps({"setup_seconds": round(setup, 1), "cards": len(cards),
-                          "projection_seconds": round(bench.seconds_to_project, 1), "rows": rows},
-                         indent=2))
+        print(json.dumps({"seconds": round(time.perf_counter() - t0), "rows": rows}, indent=1))
         return
-    print(f"cards: {len(cards)}; import + projection: {setup:.1f} s "
-          f"(projection {bench.seconds_to_project:.1f} s); shared-clause pairs: {len(shared_pairs)}; "
-          f"reworded questions: {len(reworded)}")
-    print(f"{'check':28} {'variant':18} {'n':>4} {'r@1':>6} {'r@5':>6} {'mrr':>6}")
-    for row in sorted(rows, key=lambda r: (r["check"], list(VARIANTS).index(r["variant"]))):
-        print(f"{row['check']:28} {row['variant']:18} {row['n']:>4} {row['r@1']:>6.3f} "
-              f"{row['r@5']:>6.3f} {row['mrr']:>6.3f}")
+    configs = [PRODUCT, *PEERS]
+    print(f"{'check':34} {'n':>5}  " + "  ".join(f"{c:>19}" for c in configs))
+    print(f"{'':34} {'':>5}  " + "  ".join(f"{'r@1 / r@5 / MRR':>19}" for _ in configs))
+    table: dict[str, dict[str, dict]] = defaultdict(dict)
+    for row in rows:
+        table[row["check"]][row["config"]] = row
+    for check in table:
+        n = next(iter(table[check].values()))["n"]
+        cells = [table[check].get(c) for c in configs]
+        print(f"{check:34} {n:>5}  " + "  ".join(
+            f"{c['r@1']:.3f} {c['r@5']:.3f} {c['mrr']:.3f}" if c else " " * 19 for c in cells))
+    print(f"({time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

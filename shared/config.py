@@ -57,6 +57,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     collection_prefix: str = "memarc_"
     dense_model: str = DEFAULT_DENSE_MODEL
     dense_model_path: str | None = None
+    dense_model_it: str | None = None
+    dense_model_it_path: str | None = None
     bm25_model_path: str | None = None
     embed_threads: int = 2
     data_dir: str = ".memarc"
@@ -70,6 +72,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def embedded_qdrant(self) -> bool:
         """True when the index runs in this process (no Qdrant server configured)."""
         return not self.qdrant_url
+
+    def dense_model_for(self, language: str) -> tuple[str, str | None]:
+        """The dense model id and local folder of a workspace language: ``MEMARC_DENSE_MODEL_IT``
+        (and ``_IT_PATH``) for ``it`` when set, else ``MEMARC_DENSE_MODEL`` (and ``_PATH``)."""
+        if language == "it" and self.dense_model_it:
+            return self.dense_model_it, self.dense_model_it_path
+        return self.dense_model, self.dense_model_path
 
     def resolved_qdrant_path(self) -> str:
         """Storage folder of the embedded index."""
@@ -133,6 +142,8 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "collection_prefix": get("MEMARC_COLLECTION_PREFIX") or "memarc_",
         "dense_model": get("MEMARC_DENSE_MODEL") or DEFAULT_DENSE_MODEL,
         "dense_model_path": get("MEMARC_DENSE_MODEL_PATH"),
+        "dense_model_it": get("MEMARC_DENSE_MODEL_IT"),
+        "dense_model_it_path": get("MEMARC_DENSE_MODEL_IT_PATH"),
         "bm25_model_path": get("MEMARC_BM25_MODEL_PATH"),
         "embed_threads": int(get("MEMARC_EMBED_THREADS") or 2),
         "data_dir": get("MEMARC_DATA_DIR") or ".memarc",

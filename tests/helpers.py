@@ -108,17 +108,18 @@ def skip_or_fail(reason: str) -> None:
 async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None = None,
                       **payload_overrides: Any) -> uuid.UUID:
     """Write a point straight into the workspace ``acme``'s index, bypassing PostgreSQL (a
-    ghost, forged or misplaced point), with real embeddings of the card's projected text;
-    ``pid`` defaults to the card's own id. Returns the point id."""
-    from shared.index.engine import PointIn
+    ghost, forged or misplaced point), with real embeddings of every named vector of the card
+    (as the projection builds them); ``pid`` defaults to the card's own id. Returns the point id."""
+    import msgspec
+
     from shared.models import Card
-    from shared.projection.project import payload, projected_text
+    from shared.projection.project import build_points
 
     card = Card(**{**card_json, "dependencies": [], "links": [], "source": None})
-    dense, sparse = await env.resources.embedder.embed_documents([projected_text(card)], "en")
+    point = (await build_points(env.resources.embedder, [card], "en"))[0]
     pid = pid or uuid.UUID(card.id[4:])
-    await env.resources.index.upsert("acme", [PointIn(id=pid, dense=dense[0], sparse=sparse[0],
-                                                      payload={**payload(card), **payload_overrides})])
+    await env.resources.index.upsert("acme", [msgspec.structs.replace(
+        point, id=pid, payload={**point.payload, **payload_overrides})])
     return pid
 
 

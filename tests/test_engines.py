@@ -9,12 +9,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from shared.config import load_settings
 from shared.errors import IndexIncompatible
 from shared.index.edge import QdrantEdgeEngine
-from shared.index.engine import IndexFilter, PointIn
+from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexFilter, PointIn, VectorLayout
 from shared.index.qdrant import QdrantClientEngine
 from shared.resources import open_index
 from shared.models import PROJECTION_FORMAT
@@ -100,15 +101,23 @@ async def test_a_persisted_index_survives_close_and_reopen(make_env, index_engin
 async def test_model_or_dimension_mismatch_is_incompatible(make_env, index_engine):
     async with make_env() as env:
         index = env.resources.index
-        await index.ensure_collection("acme", "model-a", 384)
-        assert await index.check_collection("acme", "model-a", 384)
-        assert not await index.check_collection("other", "model-a", 384)
-        with pytest.raises(IndexIncompatible, match="model"):
-            await index.check_collection("acme", "model-b", 384)
+        layout = VectorLayout(dense=("dense", "key"), sparse=("bm25",), dimension=384,
+                              dense_model="model-a", fingerprint="sha256:a")
+        await index.ensure_collection("acme", layout)
+        assert await index.check_collection("acme", layout)
+        assert not await index.check_collection("other", layout)
+        with pytest.raises(IndexIncompatible, match="dense model"):
+            await index.check_collection("acme", msgspec.structs.replace(layout, dense_model="model-b"))
+        with pytest.raises(IndexIncompatible, match="fingerprint"):
+            await index.check_collection("acme", msgspec.structs.replace(layout,
+                                                                         fingerprint="sha256:b"))
         with pytest.raises(IndexIncompatible):
-            await index.check_collection("acme", "model-a", 768)
+            await index.check_collection("acme", msgspec.structs.replace(layout, dimension=768))
         with pytest.raises(IndexIncompatible):
-            await index.ensure_collection("acme", "model-a", 768)
+            await index.check_collection("acme", msgspec.structs.replace(
+                layout, sparse=("bm25", "key_bm25")))
+        with pytest.raises(IndexIncompatible):
+            await index.ensure_collection("acme", msgspec.structs.replace(layout, dimension=768))
 
 
 CONGRUENCE_CARDS = [
@@ -158,8 +167,11 @@ def _assert_same_ranking(a, b, limit: int, label: str) -> None:
 async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
     texts = [c[4] for c in CONGRUENCE_CARDS]
     dense, sparse = await embedder.embed_documents(texts, "en")
+    keys = await embedder.embed_texts([t.split(":")[0] for t in texts],
+                                      [t.split(":")[0] for t in texts], "en")
     points = [
-        PointIn(id=uuid.UUID(int=i + 1), dense=d, sparse=s, payload={
+        PointIn(id=uuid.UUID(int=i + 1), dense={"dense": d, "key": keys[0][i]},
+                sparse={"bm25": s, "key_bm25": keys[1][i]}, payload={
             "workspace": "acme", "family": fam, "scope": scope, "concepts": concepts,
             "deps": deps, "revision": 1, "format": PROJECTION_FORMAT})
         for i, ((fam, scope, concepts, deps, _), d, s) in enumerate(zip(CONGRUENCE_CARDS, dense, sparse))
@@ -168,10 +180,9 @@ async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
         "local": QdrantClientEngine(load_settings({}, data_dir=str(tmp_path / "local"))),
         "edge": QdrantEdgeEngine(load_settings({}, data_dir=str(tmp_path / "edge"))),
     }
-    dim = embedder.dense_dimension()
     try:
         for engine in engines.values():
-            await engine.ensure_collection("acme", embedder.dense_model_id, dim)
+            await engine.ensure_collection("acme", embedder.layout("en"))
             await engine.upsert("acme", points)
             await engine.delete("acme", [uuid.UUID(int=len(points))])  # the last one goes
         for query, flt in CONGRUENCE_QUERIES:
@@ -180,11 +191,12 @@ async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
                 f = IndexFilter(families=flt.families, scope=flt.scope, concepts=flt.concepts,
                                 physical=flt.physical, exclude=exclude)
                 for limit in (50, 3):
-                    got = {name: await e.hybrid_query("acme", qd, qs, f, limit)
-                           for name, e in engines.items()}
-                    for branch, label in ((0, "dense"), (1, "bm25")):
+                    got = {name: await e.hybrid_query(
+                               "acme", qd, qs, f, limit, dense_names=ARCHIVE_DENSE,
+                               sparse_names=ARCHIVE_SPARSE) for name, e in engines.items()}
+                    for branch in (*ARCHIVE_DENSE, *ARCHIVE_SPARSE):
                         _assert_same_ranking(got["local"][branch], got["edge"][branch], limit,
-                                             f"{label} {query!r} {f} limit={limit}")
+                                             f"{branch} {query!r} {f} limit={limit}")
     finally:
         for engine in engines.values():
             await engine.close()

@@ -27,7 +27,8 @@ from shared.index.engine import IndexFilter
 from shared import models
 from shared.models import Card, Dependency, SearchRequest
 from shared.privacy import PrivacyFilter, PrivacyFilterFailed, Rule
-from shared.projection.project import project_operations, projected_document, projected_text
+from shared.projection.documents import projected_document, projected_text
+from shared.projection.project import project_operations
 from shared.resources import Resources
 from shared.store.migrations import migrate
 
@@ -214,28 +215,31 @@ def test_a_planted_secret_reaches_neither_the_embedded_text_nor_the_payload(plan
         fields[where] = value
     card = _card(content=content, **fields)
     assert secret in projected_text(card)  # planted where the projection reads it
-    text, pl = projected_document(card)
-    assert secret not in text
+    texts, pl = projected_document(card)
+    assert [name for name, text in texts.items() if secret in text] == [], (secret, texts)
     assert secret not in json.dumps(pl, ensure_ascii=False)
 
 
 # ---- the projection pipeline -------------------------------------------------------------
 
 class RecordingEmbedder:
-    """The session's real embedder, remembering every document text it was asked to embed."""
+    """The session's real embedder, remembering every document text it was asked to embed
+    (dense and BM25 texts alike, each distinct text once per call)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.dense_model_id = inner.dense_model_id
         self.documents: list[str] = []
         self.queries: list[str] = []
 
     def dense_dimension(self) -> int:
         return self.inner.dense_dimension()
 
-    async def embed_documents(self, texts: list[str], language: str):
-        self.documents.extend(texts)
-        return await self.inner.embed_documents(texts, language)
+    def layout(self, language: str):
+        return self.inner.layout(language)
+
+    async def embed_texts(self, dense_texts: list[str], sparse_texts: list[str], language: str):
+        self.documents.extend(dict.fromkeys([*dense_texts, *sparse_texts]))
+        return await self.inner.embed_texts(dense_texts, sparse_texts, language)
 
     async def embed_query(self, text: str, language: str):
         self.queries.append(text)
@@ -257,8 +261,8 @@ def _secret_rule(i: int = 0) -> dict[str, Any]:
 
 async def _bm25_hits(env, workspace: str, query: str) -> list[uuid.UUID]:
     dense, sparse = await env.resources.embedder.embed_query(query, "en")
-    _, bm25 = await env.resources.index.hybrid_query(workspace, dense, sparse, IndexFilter(), 20)
-    return [h.id for h in bm25]
+    hits = await env.resources.index.hybrid_query(workspace, dense, sparse, IndexFilter(), 20)
+    return [h.id for h in hits["bm25"]]
 
 
 async def test_projection_sends_only_redacted_text_and_payload(make_env, embedder):
@@ -271,16 +275,18 @@ async def test_projection_sends_only_redacted_text_and_payload(make_env, embedde
         card = r.json()["card"]
         await env.drain()
         assert (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()["card"]["index_status"] == "current"
-        # what the embedding model received
-        assert len(recorder.documents) == 1
-        sent = recorder.documents[0]
+        # what the embedding model received: the card's text and its key text (the rule)
+        assert len(recorder.documents) == 2
+        sent = "\n".join(recorder.documents)
         assert SECRET_PW not in sent and SECRET_KEY not in sent
-        assert "[REDACTED:password]" in sent and "[REDACTED:aws_access_key]" in sent
-        assert "Invoices are loaded from postgresql://etl:[REDACTED:password]@dw/sales" in sent
+        assert all("[REDACTED:password]" in d and "[REDACTED:aws_access_key]" in d
+                   for d in recorder.documents)
+        assert all("Invoices are loaded from postgresql://etl:[REDACTED:password]@dw/sales" in d
+                   for d in recorder.documents)
         # what the index stores
         points = await env.resources.index.scroll_ids("acme")
         pl = points[uuid.UUID(card["id"][4:])]
-        assert SECRET_PW not in json.dumps(pl) and pl["format"] == models.PROJECTION_FORMAT == 2
+        assert SECRET_PW not in json.dumps(pl) and pl["format"] == models.PROJECTION_FORMAT == 3
         assert pl["scope"] == "warehouse password=[REDACTED:password]"
         # the BM25 vector has no term of the secret; an ordinary word of the card is there
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []
@@ -342,7 +348,9 @@ async def test_a_card_the_filter_refuses_fails_closed(make_env, embedder):
         report = await project_operations(env.resources.db, env.resources.index, recorder, "acme",
                                           None, max_attempts=2, privacy=env.resources.privacy)
         assert (report.leased, report.upserted, report.failed) == (2, 1, 1)
-        assert recorder.documents == ["Short rule\npassword=[REDACTED:password]"]
+        # the good card's text and its key text (its rule), redacted; nothing of the refused one
+        assert sorted(recorder.documents) == ["Short rule\npassword=[REDACTED:password]",
+                                              "password=[REDACTED:password]"]
         bad_uuid = uuid.UUID(bad["id"][4:])
         assert bad_uuid not in await env.resources.index.scroll_ids("acme")
         pending = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
@@ -477,16 +485,27 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
                                               privacy=PrivacyFilter(rules=()))
             assert report.failed == 0
     with psycopg.connect(env.migrator_url, autocommit=True) as conn:
-        conn.execute("DELETE FROM memory.schema_migrations WHERE version = 5")
-        conn.execute("DELETE FROM memory.projection_formats WHERE format = 2")
+        # back to before migration 005 (and 006, which came after it)
+        conn.execute("DELETE FROM memory.schema_migrations WHERE version >= 5")
+        conn.execute("DELETE FROM memory.projection_formats WHERE format >= 2")
+        for name in ("card_links_inserted_requeue ON memory.card_links",
+                     "card_links_deleted_requeue ON memory.card_links",
+                     "cards_question_requeue ON memory.cards"):
+            conn.execute(f"DROP TRIGGER {name}")
+        for name in ("card_links_requeue_inserted()", "card_links_requeue_deleted()",
+                     "cards_requeue_question_targets()", "requeue_expanded_cards(uuid[])"):
+            conn.execute(f"DROP FUNCTION memory.{name}")
     return h, cards, theirs
+
+
+MIGRATIONS_SINCE_005 = ["005_privacy_filter", "006_key_vectors_and_linked_questions"]
 
 
 async def _reprojected_after_005(env, monkeypatch) -> tuple[dict[str, str], list[dict], dict]:
     """:func:`_format_1_archive`, migrated, and the worker run (its sweep finds the queued
     operations)."""
     h, cards, theirs = await _format_1_archive(env, monkeypatch)
-    assert migrate(env.migrator_url, "memory") == ["005_privacy_filter"]
+    assert migrate(env.migrator_url, "memory") == MIGRATIONS_SINCE_005
     await (await Resources.open(env.settings, with_index=False)).close()
     await env.drain()
     return h, cards, theirs
@@ -510,7 +529,7 @@ async def test_migration_005_makes_every_card_pending_and_recall_drops_format_1_
         make_env, monkeypatch):
     async with make_env() as env:
         h, cards, _ = await _format_1_archive(env, monkeypatch)
-        assert migrate(env.migrator_url, "memory") == ["005_privacy_filter"]
+        assert migrate(env.migrator_url, "memory") == MIGRATIONS_SINCE_005
         pending = (await env.client.get(f"{BASE}/pending", headers=h)).json()
         assert pending["total"] == 3 and {o["card_id"] for o in pending["operations"]} == {
             c["id"] for c in cards}
@@ -536,7 +555,7 @@ async def test_after_migration_005_the_worker_reprojects_every_card_redacted(
                                            headers=env.token("other"))).json()["card"]
         assert other_card["index_status"] == "current"
         points = await env.resources.index.scroll_ids("acme")
-        assert {p["format"] for p in points.values()} == {2}
+        assert {p["format"] for p in points.values()} == {models.PROJECTION_FORMAT}
         assert all(SECRET_PW not in json.dumps(p) for p in points.values())
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []
         r = await env.client.post(f"{BASE}/search", headers=h,
@@ -553,7 +572,7 @@ async def test_after_migration_005_a_rebuild_writes_format_2_redacted_too(make_e
         await env.drain()
         assert (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()["status"] == "done"
         points = await env.resources.index.scroll_ids("acme")
-        assert {p["format"] for p in points.values()} == {2}
+        assert {p["format"] for p in points.values()} == {models.PROJECTION_FORMAT}
         assert set(points) == {uuid.UUID(c["id"][4:]) for c in cards}
         assert all(SECRET_PW not in json.dumps(p) for p in points.values())
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []

@@ -1,20 +1,21 @@
 """The embedded search index on Qdrant Edge (``qdrant-edge-py``): Qdrant's own engine in-process.
 
-Same contract as :class:`shared.index.qdrant.QdrantClientEngine` (DESIGN §4, §11): one "collection" per
-workspace, a named dense vector ``dense`` (cosine) and a named sparse vector ``bm25``
-(``Modifier.Idf``), payload as given, the same filter semantics (:func:`_edge_filter` mirrors
-:func:`shared.index.qdrant._qdrant_filter`), and the two branch rankings returned for fusion by the caller.
+Same contract as :class:`shared.index.qdrant.QdrantClientEngine` (DESIGN §4, §11): one "collection"
+per workspace with the named dense (cosine) and sparse (``Modifier.Idf``) vectors of its
+:class:`~shared.index.engine.VectorLayout`, payload as given, the same filter semantics
+(:func:`_edge_filter` mirrors :func:`shared.index.qdrant._qdrant_filter`), and one ranking per
+named vector returned for fusion by the caller.
 
 Layout under ``<data dir>/edge``::
 
     current.json                    workspace collection name -> physical shard name
     <name>__<suffix>/shard/         an EdgeShard (segments, WAL, edge_config.json)
-    <name>__<suffix>/meta.json      dense model id, dimension, workspace
+    <name>__<suffix>/meta.json      the layout: vectors, dense model id, dimension, fingerprint
 
 Edge has no aliases: ``current.json`` plays that part and is replaced atomically
 (``os.replace``), so a rebuild switches shards in one step. Edge checks the vector configuration
 itself when a shard is loaded with the expected :class:`qdrant_edge.EdgeConfig`; a mismatch there,
-or a different dense model in ``meta.json``, raises :class:`IndexIncompatible`.
+or another model or fingerprint in ``meta.json``, raises :class:`IndexIncompatible`.
 
 An open shard holds a lock on its WAL: one process per data dir, as with local mode. Calls run in a
 worker thread and are serialised per engine by a lock.
@@ -33,8 +34,8 @@ from typing import Any, Callable, TypeVar
 
 from shared.config import Settings
 from shared.errors import IndexIncompatible, IndexUnavailable
-from shared.index.embedding import SparseVector
-from shared.index.engine import BM25, DENSE, Hit, IndexFilter, PointIn
+from shared.index.engine import (BM25, DENSE, Hit, IndexFilter, PointIn, SparseVector,
+                                 VectorLayout)
 
 T = TypeVar("T")
 
@@ -92,7 +93,7 @@ class QdrantEdgeEngine:
         self.root = Path(settings.data_dir) / "edge"
         self._lock = threading.RLock()
         self._shards: dict[str, Any] = {}  # physical name -> open EdgeShard
-        self._checked: dict[str, tuple[str, int]] = {}  # physical name -> (model, dimension)
+        self._checked: dict[str, VectorLayout] = {}  # physical name -> the layout it passed
 
     # -- naming and the pointer file -------------------------------------------------------
 
@@ -133,12 +134,14 @@ class QdrantEdgeEngine:
     # -- shards --------------------------------------------------------------------------
 
     @staticmethod
-    def _config(dimension: int) -> Any:
+    def _config(layout: VectorLayout) -> Any:
         import qdrant_edge as qe
 
         return qe.EdgeConfig(
-            vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
-            sparse_vectors={BM25: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            vectors={v: qe.EdgeVectorParams(size=layout.dimension, distance=qe.Distance.Cosine)
+                     for v in layout.dense},
+            sparse_vectors={v: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
+                            for v in layout.sparse},
         )
 
     def _meta(self, physical: str) -> dict[str, Any]:
@@ -167,16 +170,14 @@ class QdrantEdgeEngine:
         self._close_shard(physical)
         shutil.rmtree(self.root / physical, ignore_errors=True)
 
-    def _create_physical(self, name: str, workspace: str, dense_model: str, dimension: int) -> str:
+    def _create_physical(self, name: str, workspace: str, layout: VectorLayout) -> str:
         import qdrant_edge as qe
 
         physical = f"{name}__{uuid.uuid4().hex[:8]}"
         folder = self.root / physical
         folder.mkdir(parents=True)
-        (folder / META_FILE).write_text(json.dumps(
-            {"dense_model": dense_model, "dimension": dimension, "workspace": workspace}),
-            encoding="utf-8")
-        shard = qe.EdgeShard.create(str(folder / SHARD_DIR), self._config(dimension))
+        (folder / META_FILE).write_text(json.dumps(layout.metadata(workspace)), encoding="utf-8")
+        shard = qe.EdgeShard.create(str(folder / SHARD_DIR), self._config(layout))
         for key in INDEXED_FIELDS:
             shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
         for array, key in NESTED_INDEXED_FIELDS:
@@ -184,26 +185,22 @@ class QdrantEdgeEngine:
                 f"{array}[].{key}", qe.PayloadSchemaType.Keyword))
         shard.flush()
         self._shards[physical] = shard
-        self._checked[physical] = (dense_model, dimension)
+        self._checked[physical] = layout
         return physical
 
-    def _check_sync(self, name: str, dense_model: str, dimension: int) -> bool:
+    def _check_sync(self, name: str, layout: VectorLayout) -> bool:
         physical = self._resolve(name)
         if physical is None:
             return False
-        if self._checked.get(physical) == (dense_model, dimension):
+        if self._checked.get(physical) == layout:
             return True
         import qdrant_edge as qe
 
-        problems = []
-        meta = self._meta(physical)
-        if meta.get("dense_model") not in (None, dense_model):
-            problems.append(f"built with dense model {meta.get('dense_model')!r}, "
-                            f"configured {dense_model!r}")
+        problems = layout.problems(self._meta(physical))
         # Edge validates the stored vectors against the expected configuration on load
         self._close_shard(physical)
         try:
-            shard = qe.EdgeShard.load(str(self.root / physical / SHARD_DIR), self._config(dimension))
+            shard = qe.EdgeShard.load(str(self.root / physical / SHARD_DIR), self._config(layout))
         except Exception as exc:
             if "incompatible" not in str(exc).lower():
                 raise
@@ -212,7 +209,7 @@ class QdrantEdgeEngine:
             self._shards[physical] = shard
         if problems:
             raise IndexIncompatible(f"collection {name}: " + "; ".join(problems))
-        self._checked[physical] = (dense_model, dimension)
+        self._checked[physical] = layout
         return True
 
     # -- calls ---------------------------------------------------------------------------
@@ -232,10 +229,10 @@ class QdrantEdgeEngine:
 
     # -- IndexEngine ---------------------------------------------------------------------
 
-    async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> bool:
         """See :meth:`IndexEngine.check_collection`."""
         name = self.collection(workspace)
-        return await self._call(lambda: self._check_sync(name, dense_model, dimension))
+        return await self._call(lambda: self._check_sync(name, layout))
 
     async def physical_collection(self, workspace: str) -> str | None:
         """The physical shard that ``current.json`` names for the workspace, or None when it has
@@ -243,25 +240,24 @@ class QdrantEdgeEngine:
         name = self.collection(workspace)
         return await self._call(lambda: self._resolve(name))
 
-    async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
+    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> None:
         """See :meth:`IndexEngine.ensure_collection`."""
         name = self.collection(workspace)
 
         def run() -> None:
-            if self._check_sync(name, dense_model, dimension):
+            if self._check_sync(name, layout):
                 return
-            physical = self._create_physical(name, workspace, dense_model, dimension)
+            physical = self._create_physical(name, workspace, layout)
             pointers = self._pointers()
             pointers[name] = physical
             self._write_pointers(pointers)
 
         await self._call(run)
 
-    async def create_rebuild_collection(self, workspace: str, dense_model: str, dimension: int) -> str:
+    async def create_rebuild_collection(self, workspace: str, layout: VectorLayout) -> str:
         """See :meth:`IndexEngine.create_rebuild_collection`."""
         name = self.collection(workspace)
-        return await self._call(lambda: self._create_physical(name, workspace, dense_model,
-                                                              dimension))
+        return await self._call(lambda: self._create_physical(name, workspace, layout))
 
     async def switch_collection(self, workspace: str, collection: str) -> str | None:
         """See :meth:`IndexEngine.switch_collection`: ``current.json`` is replaced atomically,
@@ -335,8 +331,9 @@ class QdrantEdgeEngine:
         import qdrant_edge as qe
 
         structs = [
-            qe.Point(p.id, {DENSE: list(p.dense),
-                            BM25: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
+            qe.Point(p.id, {**{name: list(v) for name, v in p.dense.items()},
+                            **{name: qe.SparseVector(list(v.indices), list(v.values))
+                               for name, v in p.sparse.items()}},
                      p.payload)
             for p in points
         ]
@@ -362,10 +359,12 @@ class QdrantEdgeEngine:
         await self._call(run)
 
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
-                           flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
-        """See :meth:`IndexEngine.hybrid_query`: one planned batch of two filtered queries.
+                           flt: IndexFilter, limit: int, *,
+                           dense_names: tuple[str, ...] = (DENSE,),
+                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list[Hit]]:
+        """See :meth:`IndexEngine.hybrid_query`: one planned batch of filtered queries.
 
-        The BM25 branch computes IDF over an explicit corpus (every live point): by default Edge
+        Each sparse branch computes IDF over an explicit corpus (every live point): by default Edge
         takes it from segment statistics that still count deleted points until a vacuum, so the
         scores would drift from qdrant-client's after a delete.
 
@@ -376,15 +375,14 @@ class QdrantEdgeEngine:
         name = self.collection(workspace)
         qfilter = _edge_filter(flt)
         payload = ["revision", "format"]
-        requests = [
-            qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=DENSE),
-                            filter=qfilter, with_payload=payload),
-            qe.QueryRequest(limit=limit,
-                            query=qe.Query.Nearest(qe.SparseVector(list(sparse.indices),
-                                                                   list(sparse.values)), using=BM25),
-                            filter=qfilter, with_payload=payload,
-                            params=qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter()))),
-        ]
+        sparse_query = qe.SparseVector(list(sparse.indices), list(sparse.values))
+        requests = [qe.QueryRequest(limit=limit, query=qe.Query.Nearest(list(dense), using=vector),
+                                    filter=qfilter, with_payload=payload)
+                    for vector in dense_names]
+        requests += [qe.QueryRequest(limit=limit, query=qe.Query.Nearest(sparse_query, using=vector),
+                                     filter=qfilter, with_payload=payload,
+                                     params=qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter())))
+                     for vector in sparse_names]
 
         def run() -> list[list[Any]]:
             physical = self._resolve(name)
@@ -402,7 +400,8 @@ class QdrantEdgeEngine:
                                float(p.score)))
             return out
 
-        return hits(responses[0]), hits(responses[1])
+        return {vector: hits(resp)
+                for vector, resp in zip([*dense_names, *sparse_names], responses)}
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """See :meth:`IndexEngine.scroll_ids`."""

@@ -11,27 +11,26 @@ list (Qdrant's IDF modifier already discounts common words).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import threading
+from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from shared.config import Settings
 from shared.errors import EmbedderUnavailable
+from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, SparseVector, VectorLayout
 
 BM25_MODEL = "Qdrant/bm25"
 LANGUAGES = {"en": "english", "it": "italian"}
 
 
-class SparseVector(msgspec.Struct, frozen=True):
-    """A BM25 sparse vector: token hashes and term weights."""
-
-    indices: list[int]
-    values: list[float]
-
-
 class Embedder:
     """Dense + BM25 embedding with models loaded lazily, once, and shared by all callers.
+
+    The dense model of a workspace language is :meth:`Settings.dense_model_for` (one model for
+    every language unless ``MEMARC_DENSE_MODEL_IT`` names another for ``it``); BM25 uses the
+    language's Snowball stemmer.
 
     :param settings: model ids, paths and thread count.
     """
@@ -39,31 +38,39 @@ class Embedder:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.dense_model_id = settings.dense_model
-        self._dense: Any = None
+        self._dense: dict[tuple[str, str | None], Any] = {}
+        self._dimensions: dict[tuple[str, str | None], int] = {}
+        self._dense_files: dict[tuple[str, str | None], str | None] = {}
         self._sparse: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._embed_lock = threading.Lock()
-        self.dimension: int | None = None
+        self._fingerprints: dict[str, str] = {}
 
-    def _load_dense(self) -> Any:
-        if self._dense is None:
+    @property
+    def dimension(self) -> int | None:
+        """The dimension of the default dense model once it is loaded (None before)."""
+        return self._dimensions.get((self.settings.dense_model, self.settings.dense_model_path))
+
+    def _load_dense(self, language: str = "en") -> Any:
+        key = self.settings.dense_model_for(language)
+        if key not in self._dense:
             with self._lock:
-                if self._dense is None:
+                if key not in self._dense:
                     from fastembed import TextEmbedding
 
+                    name, path = key
                     kwargs: dict[str, Any] = {"threads": self.settings.embed_threads}
-                    if self.settings.dense_model_path:
-                        kwargs.update(specific_model_path=self.settings.dense_model_path,
-                                      local_files_only=True)
+                    if path:
+                        kwargs.update(specific_model_path=path, local_files_only=True)
                     try:
-                        model = TextEmbedding(self.settings.dense_model, **kwargs)
-                        self.dimension = len(next(iter(model.embed(["dimension probe"]))))
+                        model = TextEmbedding(name, **kwargs)
+                        self._dimensions[key] = len(next(iter(model.embed(["dimension probe"]))))
                     except Exception as exc:  # fastembed raises plain ValueError/OSError/...
                         raise EmbedderUnavailable(
-                            f"cannot load dense model {self.settings.dense_model!r}: {exc}"
-                        ) from exc
-                    self._dense = model
-        return self._dense
+                            f"cannot load dense model {name!r}: {exc}") from exc
+                    self._dense_files[key] = _folder_digest(_model_dir(model))
+                    self._dense[key] = model
+        return self._dense[key]
 
     def _load_sparse(self, language: str) -> Any:
         lang = LANGUAGES.get(language, "english")
@@ -83,44 +90,87 @@ class Embedder:
         return self._sparse[lang]
 
     def load(self, languages: tuple[str, ...] = ("en",)) -> None:
-        """Load the models now (otherwise on first use).
+        """Load the models of these workspace languages now (otherwise on first use).
 
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
-        self._load_dense()
         for lang in languages:
+            self._load_dense(lang)
             self._load_sparse(lang)
 
-    def dense_dimension(self) -> int:
-        """Dimension of the dense model (loads it)."""
-        self._load_dense()
-        assert self.dimension is not None
-        return self.dimension
+    def dense_dimension(self, language: str = "en") -> int:
+        """Dimension of the dense model of ``language`` (loads it)."""
+        self._load_dense(language)
+        return self._dimensions[self.settings.dense_model_for(language)]
+
+    def fingerprint(self, language: str) -> str:
+        """A fingerprint of what turns text into this process's vectors for ``language``:
+        ``sha256:<hex>`` over the dense model id, its dimension and the SHA-256 of every file of
+        the model folder fastembed loaded (names, sizes, contents), and BM25's configuration
+        (model, Snowball language, k, b, average length, token length, stemmer switch and the
+        stopword list). Two processes give the same fingerprint exactly when their vectors are
+        interchangeable; a collection records it and refuses other vectors (DESIGN §4).
+
+        :raises EmbedderUnavailable: a model cannot be loaded.
+        """
+        if language in self._fingerprints:
+            return self._fingerprints[language]
+        key = self.settings.dense_model_for(language)
+        self._load_dense(language)
+        bm25 = self._load_sparse(language)
+        config = {
+            "dense": {"model": key[0], "dimension": self._dimensions[key],
+                      "files": self._dense_files[key]},
+            "bm25": {"model": BM25_MODEL, "language": getattr(bm25.model, "language", None),
+                     **{k: getattr(bm25.model, k, None)
+                        for k in ("k", "b", "avg_len", "token_max_length", "disable_stemmer")},
+                     "stopwords": sorted(getattr(bm25.model, "stopwords", None) or ())},
+        }
+        blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+        self._fingerprints[language] = "sha256:" + hashlib.sha256(blob).hexdigest()
+        return self._fingerprints[language]
+
+    def layout(self, language: str, dense: tuple[str, ...] = ARCHIVE_DENSE,
+               sparse: tuple[str, ...] = ARCHIVE_SPARSE) -> VectorLayout:
+        """The vector layout of a collection this process writes or reads for a workspace in
+        ``language``: the named vectors, the language's dense model and dimension, and
+        :meth:`fingerprint`.
+
+        :raises EmbedderUnavailable: a model cannot be loaded.
+        """
+        return VectorLayout(dense=dense, sparse=sparse, dimension=self.dense_dimension(language),
+                            dense_model=self.settings.dense_model_for(language)[0],
+                            fingerprint=self.fingerprint(language))
+
+    def embed_dense_sync(self, texts: list[str], language: str = "en") -> list[list[float]]:
+        """Dense vectors (L2-normalised floats) of documents with the language's model, in
+        order: small batches sorted by length (padding to the longest text of a batch dominates
+        the cost: measured 1.7-2x faster on the BIRD cards), one call at a time per process so
+        concurrent jobs do not oversubscribe the cores."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        model = self._load_dense(language)
+        with self._embed_lock:
+            vectors = list(model.embed([texts[i] for i in order], batch_size=16))
+        out: list[list[float]] = [[]] * len(texts)
+        for pos, i in enumerate(order):
+            out[i] = vectors[pos].tolist()
+        return out
+
+    def embed_sparse_sync(self, texts: list[str], language: str) -> list[SparseVector]:
+        """BM25 vectors of documents in the workspace language, in order."""
+        model = self._load_sparse(language)
+        with self._embed_lock:
+            vectors = list(model.embed(texts, batch_size=256))
+        return [SparseVector(e.indices.tolist(), e.values.tolist()) for e in vectors]
 
     def embed_documents_sync(self, texts: list[str], language: str) -> tuple[list[list[float]], list[SparseVector]]:
-        """Dense vectors (L2-normalised floats) and BM25 vectors for documents, in order.
-
-        Documents are embedded in small batches sorted by length (padding to the longest text
-        of a batch dominates the cost: measured 1.7-2x faster on the BIRD cards), one call at a
-        time per process so concurrent jobs do not oversubscribe the cores.
-        """
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        dense_model = self._load_dense()
-        sparse_model = self._load_sparse(language)
-        with self._embed_lock:
-            vectors = list(dense_model.embed([texts[i] for i in order], batch_size=16))
-            sparse_sorted = list(sparse_model.embed([texts[i] for i in order], batch_size=256))
-        dense: list[list[float]] = [[]] * len(texts)
-        sparse: list[SparseVector] = [SparseVector([], [])] * len(texts)
-        for pos, i in enumerate(order):
-            dense[i] = vectors[pos].tolist()
-            e = sparse_sorted[pos]
-            sparse[i] = SparseVector(e.indices.tolist(), e.values.tolist())
-        return dense, sparse
+        """Dense vectors and BM25 vectors of the same documents, in order (see
+        :meth:`embed_dense_sync` and :meth:`embed_sparse_sync`)."""
+        return self.embed_dense_sync(texts, language), self.embed_sparse_sync(texts, language)
 
     def embed_query_sync(self, text: str, language: str) -> tuple[list[float], SparseVector]:
         """Dense and BM25 query vectors for one query text."""
-        dense = next(iter(self._load_dense().query_embed(text))).tolist()
+        dense = next(iter(self._load_dense(language).query_embed(text))).tolist()
         e = next(iter(self._load_sparse(language).query_embed(text)))
         return dense, SparseVector(e.indices.tolist(), e.values.tolist())
 
@@ -131,9 +181,42 @@ class Embedder:
         """
         return await asyncio.to_thread(self.embed_documents_sync, texts, language)
 
+    async def embed_texts(self, dense_texts: list[str], sparse_texts: list[str],
+                          language: str) -> tuple[list[list[float]], list[SparseVector]]:
+        """Dense vectors of ``dense_texts`` and BM25 vectors of ``sparse_texts`` (one worker
+        thread, one dense call over all the dense texts).
+
+        :raises EmbedderUnavailable: a model cannot be loaded.
+        """
+        def run() -> tuple[list[list[float]], list[SparseVector]]:
+            return (self.embed_dense_sync(dense_texts, language),
+                    self.embed_sparse_sync(sparse_texts, language))
+
+        return await asyncio.to_thread(run)
+
     async def embed_query(self, text: str, language: str) -> tuple[list[float], SparseVector]:
         """:meth:`embed_query_sync` in a worker thread.
 
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
         return await asyncio.to_thread(self.embed_query_sync, text, language)
+
+
+def _model_dir(model: Any) -> Path | None:
+    """The folder fastembed loaded a dense model from (``specific_model_path`` or its cache)."""
+    folder = getattr(getattr(model, "model", None), "_model_dir", None)
+    return Path(folder) if folder else None
+
+
+def _folder_digest(folder: Path | None) -> str | None:
+    """SHA-256 over every regular file below ``folder`` (relative name, size, content), sorted by
+    name; None when fastembed did not say where the model lives."""
+    if folder is None or not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()

@@ -21,14 +21,65 @@ from typing import Any, Protocol
 
 import msgspec
 
-from shared.index.embedding import SparseVector
 
-DENSE = "dense"
-BM25 = "bm25"
+#: The archive's named vectors (DESIGN §4; what text each holds: shared.projection.documents).
+DENSE = "dense"          # the card's text (dense), with the questions of the solved cards linking to it
+KEY = "key"              # the card's key text (dense): the question, the term, the rule, the error
+BM25 = "bm25"            # the card's text (BM25), with the same linked questions
+KEY_BM25 = "key_bm25"    # the key text (BM25)
+ARCHIVE_DENSE = (DENSE, KEY)
+ARCHIVE_SPARSE = (BM25, KEY_BM25)
+
+
+class SparseVector(msgspec.Struct, frozen=True):
+    """A BM25 sparse vector: token hashes and term weights."""
+
+    indices: list[int]
+    values: list[float]
+
+
+class VectorLayout(msgspec.Struct, frozen=True, kw_only=True):
+    """What the points of a collection carry and what made them (DESIGN §4): named dense
+    vectors (cosine, all of ``dimension``), named sparse vectors (BM25 with Qdrant's IDF
+    modifier), the dense model id, and ``fingerprint``, the embedder's fingerprint of the model
+    files and BM25 configuration for the workspace language
+    (:meth:`shared.index.embedding.Embedder.fingerprint`). A collection records its layout when
+    it is created; a process whose layout differs (another vector set, model, dimension or
+    fingerprint) gets :class:`~shared.errors.IndexIncompatible` until ``memarc index`` rebuilds.
+    """
+
+    dense: tuple[str, ...] = (DENSE,)
+    sparse: tuple[str, ...] = (BM25,)
+    dimension: int
+    dense_model: str
+    fingerprint: str
+
+    def metadata(self, workspace: str) -> dict[str, Any]:
+        """What a collection records of its layout (JSON-serialisable)."""
+        return {"workspace": workspace, "dense_model": self.dense_model,
+                "dimension": self.dimension, "fingerprint": self.fingerprint,
+                "dense_vectors": list(self.dense), "sparse_vectors": list(self.sparse)}
+
+    def problems(self, meta: dict[str, Any]) -> list[str]:
+        """How a collection's recorded metadata disagrees with this layout (empty: compatible).
+        The vectors themselves are checked by each engine against its own configuration."""
+        out = []
+        if meta.get("dense_model") != self.dense_model:
+            out.append(f"built with dense model {meta.get('dense_model')!r}, "
+                       f"configured {self.dense_model!r}")
+        if meta.get("fingerprint") != self.fingerprint:
+            out.append(f"built with model fingerprint {meta.get('fingerprint')!r}, this "
+                       f"process has {self.fingerprint!r} (other model files, BM25 settings or "
+                       "language)")
+        for kind, names in (("dense", self.dense), ("sparse", self.sparse)):
+            recorded = meta.get(f"{kind}_vectors")
+            if recorded is not None and sorted(recorded) != sorted(names):
+                out.append(f"{kind} vectors {sorted(recorded)} != expected {sorted(names)}")
+        return out
 
 
 class IndexFilter(msgspec.Struct, frozen=True, kw_only=True):
-    """Filters applied inside both branches before candidate selection (DESIGN §5).
+    """Filters applied inside every branch before candidate selection (DESIGN §5).
 
     ``physical`` is ``(database, schema, table, column)`` with None for unrequested levels; it
     must be satisfied by one dependency entry, each requested level equal or absent on that entry,
@@ -43,11 +94,12 @@ class IndexFilter(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PointIn(msgspec.Struct, frozen=True, kw_only=True):
-    """A point to upsert: card id, vectors and filter payload."""
+    """A point to upsert: card id, its named dense and sparse vectors (a name may be absent: a
+    card without that text), and the filter payload."""
 
     id: uuid.UUID
-    dense: list[float]
-    sparse: SparseVector
+    dense: dict[str, list[float]]
+    sparse: dict[str, SparseVector]
     payload: dict[str, Any]
 
 
@@ -64,11 +116,13 @@ class IndexEngine(Protocol):
     """What the archive needs from a vector index. All methods raise :class:`IndexUnavailable`
     when the engine cannot be reached and :class:`IndexIncompatible` on a configuration mismatch."""
 
-    async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
-        """Create the workspace collection if missing; check model, dimension and BM25 config."""
+    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> None:
+        """Create the workspace collection with ``layout`` if missing; else check it is
+        compatible (:class:`IndexIncompatible` otherwise)."""
 
-    async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
-        """True if the collection exists and is compatible; False if it does not exist."""
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> bool:
+        """True if the collection exists and is compatible with ``layout``; False if it does not
+        exist. :raises IndexIncompatible: it exists with another layout."""
 
     async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
         """Write points (into the workspace's collection, or a named one being rebuilt) and wait
@@ -77,8 +131,9 @@ class IndexEngine(Protocol):
     async def delete(self, workspace: str, ids: list[uuid.UUID], collection: str | None = None) -> None:
         """Delete points (missing ones are ignored) and wait for confirmation."""
 
-    async def create_rebuild_collection(self, workspace: str, dense_model: str, dimension: int) -> str:
-        """Create a new, empty collection for a rebuild of ``workspace``; returns its name."""
+    async def create_rebuild_collection(self, workspace: str, layout: VectorLayout) -> str:
+        """Create a new, empty collection with ``layout`` for a rebuild of ``workspace``;
+        returns its name."""
 
     async def switch_collection(self, workspace: str, collection: str) -> str | None:
         """Point the workspace at ``collection`` atomically (an alias switch) and drop the
@@ -92,11 +147,18 @@ class IndexEngine(Protocol):
         where the engine does not do so by itself; returns whether anything was rebuilt."""
 
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
-                           flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
-        """Dense and BM25 rankings (best first), each filtered by ``flt``, ``limit`` each."""
+                           flt: IndexFilter, limit: int, *,
+                           dense_names: tuple[str, ...] = (DENSE,),
+                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list[Hit]]:
+        """One ranking per named vector (best first, ``limit`` each, each filtered by ``flt``):
+        the dense query against every vector of ``dense_names``, the sparse query against every
+        vector of ``sparse_names``, in one batch. Keys are the vector names."""
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """Every point id of the collection with its payload (for audits and rebuilds)."""
+
+    async def physical_collection(self, workspace: str) -> str | None:
+        """The physical collection behind the workspace's name, or None when it has none."""
 
     async def drop(self, workspace: str) -> None:
         """Remove the workspace collection."""

@@ -14,8 +14,8 @@ from typing import Any
 
 from shared.config import Settings
 from shared.errors import IndexIncompatible, IndexUnavailable
-from shared.index.embedding import SparseVector
-from shared.index.engine import BM25, DENSE, Hit, IndexFilter, PointIn
+from shared.index.engine import (BM25, DENSE, Hit, IndexFilter, PointIn, SparseVector,
+                                 VectorLayout)
 
 
 def _qdrant_filter(flt: IndexFilter) -> Any:
@@ -87,7 +87,7 @@ class QdrantClientEngine:
         self._client: Any = None
         self._local = settings.embedded_qdrant
         self._lock = threading.Lock()
-        self._checked: set[str] = set()
+        self._checked: dict[str, VectorLayout] = {}  # physical name -> the layout it passed
 
     def collection(self, workspace: str) -> str:
         """Name by which a workspace's collection is addressed: prefix + workspace id. It is an
@@ -126,38 +126,41 @@ class QdrantClientEngine:
     async def _call(self, fn: Any) -> Any:
         return await asyncio.to_thread(self._call_sync, fn)
 
-    def _check_sync(self, client: Any, name: str, dense_model: str, dimension: int) -> bool:
+    def _check_sync(self, client: Any, name: str, layout: VectorLayout) -> bool:
         from qdrant_client import models as qm
 
         physical = self._resolve(client, name)
         if physical is None:
             return False
+        if self._checked.get(physical) == layout:
+            return True
         info = client.get_collection(physical)
         params = info.config.params
         vectors = params.vectors if isinstance(params.vectors, dict) else {}
         sparse = params.sparse_vectors or {}
-        meta = info.config.metadata or {}
         problems = []
-        if DENSE not in vectors:
-            problems.append("no named dense vector 'dense'")
-        elif vectors[DENSE].size != dimension:
-            problems.append(f"dense dimension {vectors[DENSE].size} != model dimension {dimension}")
-        if BM25 not in sparse:
-            problems.append("no BM25 sparse vector 'bm25' (Qdrant cannot add one to an existing "
-                            "collection: rebuild it with `memarc index`)")
-        elif sparse[BM25].modifier != qm.Modifier.IDF:
-            problems.append("BM25 sparse vector lacks the IDF modifier")
-        if meta.get("dense_model") not in (None, dense_model):
-            problems.append(f"built with dense model {meta.get('dense_model')!r}, "
-                            f"configured {dense_model!r}")
+        for vector in layout.dense:
+            if vector not in vectors:
+                problems.append(f"no named dense vector {vector!r}")
+            elif vectors[vector].size != layout.dimension:
+                problems.append(f"dense vector {vector!r} has dimension {vectors[vector].size}, "
+                                f"the model {layout.dimension}")
+        for vector in layout.sparse:
+            if vector not in sparse:
+                problems.append(f"no sparse vector {vector!r} (Qdrant cannot add a vector to an "
+                                "existing collection: rebuild it with `memarc index`)")
+            elif sparse[vector].modifier != qm.Modifier.IDF:
+                problems.append(f"sparse vector {vector!r} lacks the IDF modifier")
+        problems += layout.problems(info.config.metadata or {})
         if problems:
             raise IndexIncompatible(f"collection {name}: " + "; ".join(problems))
+        self._checked[physical] = layout
         return True
 
-    async def check_collection(self, workspace: str, dense_model: str, dimension: int) -> bool:
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> bool:
         """See :meth:`IndexEngine.check_collection`."""
         name = self.collection(workspace)
-        return await self._call(lambda c: self._check_sync(c, name, dense_model, dimension))
+        return await self._call(lambda c: self._check_sync(c, name, layout))
 
     async def physical_collection(self, workspace: str) -> str | None:
         """The physical collection the workspace's alias points at (the name itself for a
@@ -165,32 +168,34 @@ class QdrantClientEngine:
         name = self.collection(workspace)
         return await self._call(lambda c: self._resolve(c, name))
 
-    async def ensure_collection(self, workspace: str, dense_model: str, dimension: int) -> None:
+    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> None:
         """See :meth:`IndexEngine.ensure_collection`."""
         name = self.collection(workspace)
 
         def run(client: Any) -> None:
             from qdrant_client import models as qm
 
-            if self._check_sync(client, name, dense_model, dimension):
+            if self._check_sync(client, name, layout):
                 return
-            physical = self._create_physical(client, name, workspace, dense_model, dimension)
+            physical = self._create_physical(client, name, workspace, layout)
             client.update_collection_aliases(change_aliases_operations=[
                 qm.CreateAliasOperation(create_alias=qm.CreateAlias(
                     collection_name=physical, alias_name=name))])
 
         await self._call(run)
 
-    def _create_physical(self, client: Any, name: str, workspace: str, dense_model: str,
-                         dimension: int) -> str:
+    def _create_physical(self, client: Any, name: str, workspace: str,
+                         layout: VectorLayout) -> str:
         from qdrant_client import models as qm
 
         physical = f"{name}__{uuid.uuid4().hex[:8]}"
         client.create_collection(
             physical,
-            vectors_config={DENSE: qm.VectorParams(size=dimension, distance=qm.Distance.COSINE)},
-            sparse_vectors_config={BM25: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-            metadata={"dense_model": dense_model, "dimension": dimension, "workspace": workspace},
+            vectors_config={v: qm.VectorParams(size=layout.dimension, distance=qm.Distance.COSINE)
+                            for v in layout.dense},
+            sparse_vectors_config={v: qm.SparseVectorParams(modifier=qm.Modifier.IDF)
+                                   for v in layout.sparse},
+            metadata=layout.metadata(workspace),
             # cluster layout (None = the server's defaults; local mode has no such notion)
             **({} if self._local else {
                 "shard_number": self.settings.qdrant_shards,
@@ -204,13 +209,13 @@ class QdrantClientEngine:
                                 ("deps[].database", qm.PayloadSchemaType.KEYWORD),
                                 ("deps[].table", qm.PayloadSchemaType.KEYWORD)):
                 client.create_payload_index(physical, key, field_schema=schema, wait=True)
+        self._checked[physical] = layout
         return physical
 
-    async def create_rebuild_collection(self, workspace: str, dense_model: str, dimension: int) -> str:
+    async def create_rebuild_collection(self, workspace: str, layout: VectorLayout) -> str:
         """See :meth:`IndexEngine.create_rebuild_collection`."""
         name = self.collection(workspace)
-        return await self._call(
-            lambda c: self._create_physical(c, name, workspace, dense_model, dimension))
+        return await self._call(lambda c: self._create_physical(c, name, workspace, layout))
 
     async def switch_collection(self, workspace: str, collection: str) -> str | None:
         """See :meth:`IndexEngine.switch_collection`. A pre-alias collection that bears the
@@ -237,6 +242,7 @@ class QdrantClientEngine:
 
     async def drop_collection(self, collection: str) -> None:
         """See :meth:`IndexEngine.drop_collection`."""
+        self._checked.pop(collection, None)
         await self._call(lambda c: c.delete_collection(collection))
 
     async def optimize_collection(self, collection: str) -> bool:
@@ -252,8 +258,8 @@ class QdrantClientEngine:
         structs = [
             qm.PointStruct(
                 id=str(p.id),
-                vector={DENSE: p.dense,
-                        BM25: qm.SparseVector(indices=p.sparse.indices, values=p.sparse.values)},
+                vector={**p.dense, **{name: qm.SparseVector(indices=v.indices, values=v.values)
+                                      for name, v in p.sparse.items()}},
                 payload=p.payload,
             )
             for p in points
@@ -274,26 +280,28 @@ class QdrantClientEngine:
         await self._call(run)
 
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
-                           flt: IndexFilter, limit: int) -> tuple[list[Hit], list[Hit]]:
-        """See :meth:`IndexEngine.hybrid_query`."""
+                           flt: IndexFilter, limit: int, *,
+                           dense_names: tuple[str, ...] = (DENSE,),
+                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list[Hit]]:
+        """See :meth:`IndexEngine.hybrid_query`: one ``query_batch_points`` call."""
         from qdrant_client import models as qm
 
         name = self.collection(workspace)
         qfilter = _qdrant_filter(flt)
         payload = ["revision", "format"]
-        requests = [
-            qm.QueryRequest(query=dense, using=DENSE, filter=qfilter, limit=limit,
-                            with_payload=payload),
-            qm.QueryRequest(query=qm.SparseVector(indices=sparse.indices, values=sparse.values),
-                            using=BM25, filter=qfilter, limit=limit, with_payload=payload),
-        ]
+        sparse_query = qm.SparseVector(indices=sparse.indices, values=sparse.values)
+        names = [*dense_names, *sparse_names]
+        requests = [qm.QueryRequest(query=dense if i < len(dense_names) else sparse_query,
+                                    using=vector, filter=qfilter, limit=limit,
+                                    with_payload=payload)
+                    for i, vector in enumerate(names)]
         responses = await self._call(lambda c: c.query_batch_points(name, requests=requests))
 
         def hits(resp: Any) -> list[Hit]:
             return [Hit(uuid.UUID(str(p.id)), (p.payload or {}).get("revision"),
                         (p.payload or {}).get("format"), float(p.score)) for p in resp.points]
 
-        return hits(responses[0]), hits(responses[1])
+        return {vector: hits(resp) for vector, resp in zip(names, responses)}
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """See :meth:`IndexEngine.scroll_ids`."""
@@ -327,6 +335,7 @@ class QdrantClientEngine:
                     qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=name))])
             if physical is not None:
                 client.delete_collection(physical)
+                self._checked.pop(physical, None)
 
         await self._call(run)
 

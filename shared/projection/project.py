@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import models
 from shared.errors import ArchiveError
 from shared.index.embedding import Embedder
-from shared.index.engine import IndexEngine, PointIn
+from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
+from shared.projection.documents import projected_document
 from shared.store import cards, outbox, workspaces
 from shared.store.database import Database
 
@@ -30,72 +31,37 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 256
 
 
-def projected_text(card: Card) -> str:
-    """The text embedded and indexed for a card (DESIGN §4): title, content fields, scope,
-    concepts and the qualified dependency names, one per line."""
-    parts = [card.title]
-    for name in ("definition", "rule", "question", "error", "correction", "sql", "context",
-                 "rationale"):
-        value = card.content.get(name)
-        if value:
-            parts.append(value)
-    if card.scope:
-        parts.append(f"scope: {card.scope}")
-    if card.concepts:
-        parts.append("concepts: " + ", ".join(card.concepts))
-    if card.dependencies:
-        parts.append("objects: " + ", ".join(d.qualified() for d in card.dependencies))
-    return "\n".join(parts)
-
-
-def payload(card: Card) -> dict[str, Any]:
-    """The point payload: what the filters need, plus revision and projection format
-    (unfiltered: :func:`projected_document` redacts its string values)."""
-    return {
-        "workspace": card.workspace,
-        "family": card.family,
-        "scope": card.scope,
-        "concepts": list(card.concepts),
-        "deps": [{"database": d.database, "schema": d.schema, "table": d.table, "column": d.column}
-                 for d in card.dependencies],
-        "revision": card.revision,
-        "format": models.PROJECTION_FORMAT,
-    }
-
-
-def projected_document(card: Card, privacy: PrivacyFilter = DEFAULT_FILTER) -> tuple[str, dict[str, Any]]:
-    """What leaves PostgreSQL for a card: the text to embed and the point payload, both through
-    the privacy filter (secrets become ``[REDACTED:<kind>]``; the payload's ``scope``,
-    ``concepts`` and dependency names are redacted value by value, the way recall redacts its
-    filter values, so filters still match).
-
-    :raises PrivacyFilterFailed: the filter could not process the card (fail closed).
-    """
-    text = privacy.redact(projected_text(card))
-    pl = payload(card)
-    pl["scope"] = privacy.redact_optional(pl["scope"])
-    pl["concepts"] = [privacy.redact(c) for c in pl["concepts"]]
-    pl["deps"] = [{k: privacy.redact_optional(v) for k, v in d.items()} for d in pl["deps"]]
-    return text, pl
-
-
 async def build_points(embedder: Embedder, cards: list[Card], language: str,
-                       privacy: PrivacyFilter = DEFAULT_FILTER) -> list[PointIn]:
+                       privacy: PrivacyFilter = DEFAULT_FILTER,
+                       linked: Mapping[uuid.UUID, list[str]] | None = None) -> list[PointIn]:
     """Embed cards (one batch) into index points. Every card goes through the privacy filter
-    before anything is embedded.
+    before anything is embedded. ``linked``: the questions of the solved cards linking to each
+    card (:func:`shared.store.cards.linked_questions`).
 
     :raises PrivacyFilterFailed: the filter failed on one of the cards; nothing was embedded.
     """
-    docs = [projected_document(c, privacy) for c in cards]
+    linked = linked or {}
+    docs = [projected_document(c, privacy, linked.get(uuid.UUID(c.id[4:]))) for c in cards]
     return await embed_documents(embedder, cards, docs, language)
 
 
 async def embed_documents(embedder: Embedder, cards: list[Card],
-                          docs: list[tuple[str, dict[str, Any]]], language: str) -> list[PointIn]:
-    """Points for ``cards`` from their already filtered documents (:func:`projected_document`)."""
-    dense, sparse = await embedder.embed_documents([text for text, _ in docs], language)
-    return [PointIn(id=uuid.UUID(c.id[4:]), dense=d, sparse=s, payload=pl)
-            for c, (_, pl), d, s in zip(cards, docs, dense, sparse)]
+                          docs: list[tuple[dict[str, str], dict[str, Any]]],
+                          language: str) -> list[PointIn]:
+    """Points for ``cards`` from their already filtered documents
+    (:func:`~shared.projection.documents.projected_document`): every named vector of
+    :data:`~shared.index.engine.ARCHIVE_DENSE` and ``ARCHIVE_SPARSE`` embedded in one call. A
+    text shared by two vectors of a kind is embedded once."""
+    dense_texts = sorted({texts[name] for texts, _ in docs for name in ARCHIVE_DENSE})
+    sparse_texts = sorted({texts[name] for texts, _ in docs for name in ARCHIVE_SPARSE})
+    dense, sparse = await embedder.embed_texts(dense_texts, sparse_texts, language)
+    dense_of = dict(zip(dense_texts, dense))
+    sparse_of = dict(zip(sparse_texts, sparse))
+    return [PointIn(id=uuid.UUID(c.id[4:]),
+                    dense={name: dense_of[texts[name]] for name in ARCHIVE_DENSE},
+                    sparse={name: sparse_of[texts[name]] for name in ARCHIVE_SPARSE},
+                    payload=pl)
+            for c, (texts, pl) in zip(cards, docs)]
 
 
 @dataclass
@@ -178,19 +144,19 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
         current = await cards.get_many(conn, card_ids)
         gone = [c for c in card_ids if c not in current]
         # The privacy filter runs before anything reaches the embedder or the index.
+        linked = await cards.linked_questions(conn, [c for c in card_ids if c in current])
         live: list[Card] = []
-        docs: list[tuple[str, dict[str, Any]]] = []
+        docs: list[tuple[dict[str, str], dict[str, Any]]] = []
         refused: dict[uuid.UUID, str] = {}
         for cid in card_ids:
             if cid not in current:
                 continue
             try:
-                docs.append(projected_document(current[cid], privacy))
+                docs.append(projected_document(current[cid], privacy, linked.get(cid)))
                 live.append(current[cid])
             except PrivacyFilterFailed as exc:
                 refused[cid] = f"{exc.code}: {exc.message}"
-        dimension = embedder.dense_dimension()
-        await index.ensure_collection(workspace, embedder.dense_model_id, dimension)
+        await index.ensure_collection(workspace, embedder.layout(ws["language"]))
         if live:
             await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
         if gone or refused:

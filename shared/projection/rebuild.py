@@ -72,10 +72,11 @@ async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace
     """Read ``ids`` now, write them into ``target``; returns how many existed."""
     async with db.transaction(workspace, read_only=True) as conn:
         found: dict[uuid.UUID, Card] = await cards.get_many(conn, ids)
+        linked = await cards.linked_questions(conn, list(found))
     live = [found[i] for i in ids if i in found]
     if live:
-        await index.upsert(workspace, await build_points(embedder, live, language, privacy),
-                           collection=target)
+        await index.upsert(workspace, await build_points(embedder, live, language, privacy,
+                                                         linked), collection=target)
         for card in live:
             written[uuid.UUID(card.id[4:])] = card.revision
     gone = [i for i in ids if i not in found and i in written]
@@ -130,8 +131,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
     started = time.perf_counter()
     target: str | None = None
     try:
-        dimension = embedder.dense_dimension()
-        target = await index.create_rebuild_collection(workspace, embedder.dense_model_id, dimension)
+        target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
         current = await _revisions(db, workspace)
         ids = sorted(current, key=str)
         written: dict[uuid.UUID, int] = {}

@@ -2,10 +2,10 @@
 
 Steps, for one request:
 
-1. Embed the query (dense + BM25 in the workspace language) and ask the index for two rankings,
-   each with every filter inside it (:func:`~shared.recall.eligibility.build_filter`),
-   ``seeds = min(100, max(20, 3 × top))`` hits each. Fuse them by reciprocal rank fusion with
-   ``k = 60`` (:mod:`shared.recall.fusion`).
+1. Embed the query (dense + BM25 in the workspace language) and ask the index for one ranking per
+   named vector of the mode's profile (:mod:`shared.recall.profiles`), each with every filter
+   inside it (:func:`~shared.recall.eligibility.build_filter`), ``seeds = min(100, max(20, 3 ×
+   top))`` hits each. Fuse them as the profile says (:mod:`shared.recall.fusion`).
 2. Verify every fused hit in PostgreSQL: the card exists in the workspace, matches the filters,
    is not excluded by the caller, and has a recorded projection whose revision equals the card's
    (and the point's) revision in the current format (:func:`~shared.recall.eligibility.eligible`).
@@ -18,10 +18,13 @@ Steps, for one request:
    ``seed score × 0.5^hops``; ties by card id.
 5. Rebuild every result card from PostgreSQL.
 
-All PostgreSQL reads happen in one read-only transaction under the workspace lock in shared mode
-(the query is embedded inside it), so a concurrent write cannot interleave. Per recall that is one
-set-up statement, the workspace row, the candidate rows of each round (with their first outgoing
-links, :func:`shared.store.verification.candidate_rows`), the rows of each expansion hop, and the
+The query is embedded and the index searched before any pooled connection or lock is taken
+(only the workspace's language is read first, in a transaction of its own). Each round then
+verifies its candidates in one read-only transaction under the workspace lock in shared mode,
+and the last round's transaction also expands the links and reads the result cards, so a
+concurrent write cannot interleave with what is returned. Per round that is one set-up
+statement and the candidate rows (with their first outgoing links,
+:func:`shared.store.verification.candidate_rows`); then the rows of each expansion hop and the
 result cards.
 """
 
@@ -38,12 +41,13 @@ from shared import models
 from shared.auth import Principal
 from shared.errors import IndexUnavailable
 from shared.index.embedding import Embedder
-from shared.index.engine import Hit, IndexEngine, IndexFilter
+from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, IndexEngine, IndexFilter, VectorLayout
 from shared.models import RecallResponse, RecallResult, Retrieval, SearchRequest, card_id_str
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.recall.eligibility import CandidateRow, build_filter, eligible
 from shared.recall.expansion import LINKS_PER_CARD, Expansion, expand_links
-from shared.recall.fusion import RRF_K, rrf_fuse
+from shared.recall.fusion import RRF_K, FusionProfile, fuse
+from shared.recall.profiles import profile_for
 from shared.store import cards, outbox, verification, workspaces
 from shared.store.database import Database
 
@@ -73,17 +77,25 @@ async def _candidates(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.
 
 
 async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal: Principal,
-                 workspace: str, req: SearchRequest, *, branch_weights: tuple[float, float] = (1.0, 1.0),
-                 expand: bool = True, timings: RecallTimings | None = None,
+                 workspace: str, req: SearchRequest, *, profile: FusionProfile | None = None,
+                 layout: VectorLayout | None = None, expand: bool = True,
+                 timings: RecallTimings | None = None,
                  role: Literal["runtime", "reader"] = "runtime",
                  privacy: PrivacyFilter = DEFAULT_FILTER) -> RecallResponse:
     """Verified hybrid recall for one request (see the module docstring).
 
-    ``role``: the database role of the reads (the explorer passes ``reader``). The query text
-    sent to the embedder and the filter values sent to the index go through ``privacy`` (the
-    index holds redacted payload values, so a filter must be redacted the same way to match);
-    verification compares the original values in PostgreSQL, and result cards are rebuilt from
-    PostgreSQL with their original text.
+    ``profile``: the branches and their fusion (default: the mode's,
+    :data:`shared.recall.profiles.MODE_PROFILES`); ``layout``: the collection's expected vector
+    layout (default: the embedder's for the workspace language). Benchmarks pass both to run the
+    peer configurations through this same path. ``role``: the database role of the reads (the
+    explorer passes ``reader``). The query text sent to the embedder and the filter values sent
+    to the index go through ``privacy`` (the index holds redacted payload values, so a filter
+    must be redacted the same way to match); verification compares the original values in
+    PostgreSQL, and result cards are rebuilt from PostgreSQL with their original text.
+
+    The query is embedded and the index searched holding no pooled connection and no lock; each
+    round's verification, and the final round's link expansion and card reads, run in one
+    read-only transaction under the workspace lock in shared mode.
 
     :raises NotFound: workspace mismatch. :raises Forbidden: missing ``memory.read`` or a filter
         outside the token's binding. :raises InvalidInput: bad families, filters or exclusions.
@@ -93,6 +105,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     """
     principal.require(workspace, "memory.read")
     flt = build_filter(principal, req)
+    profile = profile or profile_for(req.mode)
     query_text = privacy.redact(req.query)
     sent_scope = privacy.redact_optional(flt.scope)
     sent_concepts = tuple(privacy.redact(c) for c in flt.concepts)
@@ -100,54 +113,53 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     t = timings or RecallTimings()
     clock = time.perf_counter
     n = seed_count(req.top)
-    # One read-only transaction under the shared workspace lock for everything, the query's
-    # embedding included (it needs the workspace language; a second transaction would cost more
-    # round trips than the embedding holds the connection).
-    async with db.transaction(workspace, role=role, lock="shared", read_only=True) as conn:
-        ws = await workspaces.get(conn, workspace)
-        t0 = clock()
-        dense, sparse = await embedder.embed_query(query_text, ws["language"])
-        t.embed += clock() - t0
-        dimension = embedder.dense_dimension()
-        t0 = clock()
-        exists = await index.check_collection(workspace, embedder.dense_model_id, dimension)
-        t.index += clock() - t0
-        if not exists:
+    async with db.transaction(workspace, role=role, read_only=True) as conn:
+        language = (await workspaces.get(conn, workspace))["language"]
+    t0 = clock()
+    dense, sparse = await embedder.embed_query(query_text, language)
+    layout = layout or embedder.layout(language)
+    t.embed += clock() - t0
+    t0 = clock()
+    exists = await index.check_collection(workspace, layout)
+    t.index += clock() - t0
+    if not exists:
+        async with db.transaction(workspace, role=role, read_only=True) as conn:
             counts = await outbox.projection_counts(conn)
-            if counts["current"]:
-                raise IndexUnavailable(
-                    f"the index has no collection for workspace {workspace!r} although "
-                    f"{counts['current']} cards are recorded as projected: run `memarc index`")
-            return RecallResponse(results=[], excluded=0)
+        if counts["current"]:
+            raise IndexUnavailable(
+                f"the index has no collection for workspace {workspace!r} although "
+                f"{counts['current']} cards are recorded as projected: run `memarc index`")
+        return RecallResponse(results=[], excluded=0)
+    branches = profile.branches()
+    dense_names = tuple(b for b in branches if b in layout.dense)
+    sparse_names = tuple(b for b in branches if b in layout.sparse)
 
-        rows: dict[uuid.UUID, CandidateRow | None] = {}
-        dropped: set[uuid.UUID] = set()
-        seeds: list[uuid.UUID] = []
-        branch_rank: dict[uuid.UUID, tuple[int | None, int | None]] = {}
-        for _round in range(MAX_ROUNDS):
-            round_filter = IndexFilter(families=flt.families, scope=sent_scope,
-                                       concepts=sent_concepts,
-                                       physical=sent_physical,  # type: ignore[arg-type]
-                                       exclude=tuple(sorted(set(flt.exclude) | dropped, key=str)))
+    dropped: set[uuid.UUID] = set()
+    for round_no in range(MAX_ROUNDS):
+        round_filter = IndexFilter(families=flt.families, scope=sent_scope,
+                                   concepts=sent_concepts,
+                                   physical=sent_physical,  # type: ignore[arg-type]
+                                   exclude=tuple(sorted(set(flt.exclude) | dropped, key=str)))
+        t0 = clock()
+        hits = await index.hybrid_query(workspace, dense, sparse, round_filter, n,
+                                        dense_names=dense_names, sparse_names=sparse_names)
+        t.index += clock() - t0
+        fused = fuse({name: [(h.id, h.score) for h in branch] for name, branch in hits.items()},
+                     profile)
+        point = {h.id: h for branch in hits.values() for h in branch}
+        ranks = {name: {h.id: i for i, h in enumerate(branch, start=1)}
+                 for name, branch in hits.items()}
+        more_available = any(len(branch) >= n for branch in hits.values())
+        async with db.transaction(workspace, role=role, lock="shared", read_only=True) as conn:
             t0 = clock()
-            dense_hits, bm25_hits = await index.hybrid_query(workspace, dense, sparse, round_filter, n)
-            t.index += clock() - t0
-            t0 = clock()
-            hit_revision: dict[uuid.UUID, Hit] = {h.id: h for h in dense_hits + bm25_hits}
-            fused = rrf_fuse([[h.id for h in dense_hits], [h.id for h in bm25_hits]],
-                             list(branch_weights))
-            unknown = [cid for cid, _ in fused if cid not in rows]
-            if unknown:
-                found = await _candidates(conn, unknown)
-                for cid in unknown:
-                    rows[cid] = found.get(cid)
-            dense_rank = {h.id: i for i, h in enumerate(dense_hits, start=1)}
-            bm25_rank = {h.id: i for i, h in enumerate(bm25_hits, start=1)}
-            seeds = []
+            # every round reads its candidates afresh: eligibility is what this transaction sees
+            found = await _candidates(conn, [cid for cid, _ in fused])
+            rows = {cid: found.get(cid) for cid, _ in fused}
+            seeds: list[uuid.UUID] = []
             new_drops = 0
             for cid, _score in fused:
                 row = rows.get(cid)
-                hit = hit_revision[cid]
+                hit = point[cid]
                 ok = (eligible(row, flt) and row is not None and hit.revision == row.revision
                       and hit.format == models.PROJECTION_FORMAT)
                 if not ok:
@@ -157,54 +169,68 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                     continue
                 if len(seeds) < n:
                     seeds.append(cid)
-                    branch_rank[cid] = (dense_rank.get(cid), bm25_rank.get(cid))
             t.verify += clock() - t0
-            more_available = len(dense_hits) >= n or len(bm25_hits) >= n
-            if new_drops == 0 or len(seeds) >= n or not more_available:
-                break
+            last = (new_drops == 0 or len(seeds) >= n or not more_available
+                    or round_no == MAX_ROUNDS - 1)
+            if not last:
+                continue  # search again, outside the lock, without the dropped hits
+            results = await _rank_and_read(conn, seeds, rows, flt, ranks, req.top, expand, t)
+            return RecallResponse(results=results, excluded=len(dropped))
+    raise AssertionError("unreachable: the last round returns")  # pragma: no cover
 
-        seed_scores = [(cid, 1.0 / (RRF_K + r)) for r, cid in enumerate(seeds, start=1)]
-        expansion = Expansion()
-        if expand and seeds:
-            t0 = clock()
 
-            async def read_links(ids: list[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
-                # every source was read as a candidate row (seeds, then eligible targets), and
-                # each row carries its first LINKS_PER_CARD targets: no query needed
-                out: dict[uuid.UUID, list[uuid.UUID]] = {}
-                for cid in ids:
-                    row = rows.get(cid)
-                    if row is not None and row.links:
-                        out[cid] = list(row.links)
-                return out
-
-            async def read_rows(ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
-                found = await _candidates(conn, ids)
-                rows.update(found)
-                return found
-
-            known = {cid: rows[cid] for cid in seeds if rows.get(cid) is not None}
-            expansion = await expand_links(seed_scores, known, flt, read_links, read_rows)  # type: ignore[arg-type]
-            t.expand += clock() - t0
-
+async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
+                         rows: dict[uuid.UUID, CandidateRow | None], flt: IndexFilter,
+                         ranks: dict[str, dict[uuid.UUID, int]], top: int, expand: bool,
+                         t: RecallTimings) -> list[RecallResult]:
+    """Steps 3-5 on the verified seeds, inside the final round's transaction: link expansion,
+    scores, and the result cards rebuilt from PostgreSQL with their retrieval explanation."""
+    clock = time.perf_counter
+    seed_scores = [(cid, 1.0 / (RRF_K + r)) for r, cid in enumerate(seeds, start=1)]
+    expansion = Expansion()
+    if expand and seeds:
         t0 = clock()
-        scored: dict[uuid.UUID, float] = {cid: s for cid, s in seed_scores}
-        for cid, contribution in expansion.contribution.items():
-            scored[cid] = scored.get(cid, 0.0) + contribution
-        ranked = sorted(scored.items(), key=lambda item: (-item[1], card_id_str(item[0])))[: req.top]
-        result_cards = await cards.get_many(conn, [cid for cid, _ in ranked])
-        seed_rank = {cid: r for r, cid in enumerate(seeds, start=1)}
-        results: list[RecallResult] = []
-        for cid, score in ranked:
-            card = result_cards.get(cid)
-            if card is None:  # cannot happen under the shared lock; never invent content
-                continue
-            if cid in expansion.path:
-                path = [card_id_str(p) for p in expansion.path[cid]]
-            else:
-                path = [card_id_str(cid)]
-            d_rank, b_rank = branch_rank.get(cid, (None, None))
-            results.append(RecallResult(card=card, score=score, retrieval=Retrieval(
-                path=path, seed_rank=seed_rank.get(cid), dense_rank=d_rank, bm25_rank=b_rank)))
-        t.fetch += clock() - t0
-    return RecallResponse(results=results, excluded=len(dropped))
+
+        async def read_links(ids: list[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
+            # every source was read as a candidate row (seeds, then eligible targets), and
+            # each row carries its first LINKS_PER_CARD targets: no query needed
+            out: dict[uuid.UUID, list[uuid.UUID]] = {}
+            for cid in ids:
+                row = rows.get(cid)
+                if row is not None and row.links:
+                    out[cid] = list(row.links)
+            return out
+
+        async def read_rows(ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
+            found = await _candidates(conn, ids)
+            rows.update(found)
+            return found
+
+        known = {cid: rows[cid] for cid in seeds if rows.get(cid) is not None}
+        expansion = await expand_links(seed_scores, known, flt, read_links, read_rows)  # type: ignore[arg-type]
+        t.expand += clock() - t0
+
+    t0 = clock()
+    scored: dict[uuid.UUID, float] = {cid: s for cid, s in seed_scores}
+    for cid, contribution in expansion.contribution.items():
+        scored[cid] = scored.get(cid, 0.0) + contribution
+    ranked = sorted(scored.items(), key=lambda item: (-item[1], card_id_str(item[0])))[:top]
+    result_cards = await cards.get_many(conn, [cid for cid, _ in ranked])
+    seed_rank = {cid: r for r, cid in enumerate(seeds, start=1)}
+    results: list[RecallResult] = []
+    for cid, score in ranked:
+        card = result_cards.get(cid)
+        if card is None:  # cannot happen under the shared lock; never invent content
+            continue
+        if cid in expansion.path:
+            path = [card_id_str(p) for p in expansion.path[cid]]
+        else:
+            path = [card_id_str(cid)]
+        is_seed = cid in seed_rank
+        branch = {name: r.get(cid) if is_seed else None for name, r in ranks.items()}
+        results.append(RecallResult(card=card, score=score, retrieval=Retrieval(
+            path=path, seed_rank=seed_rank.get(cid), dense_rank=branch.get(DENSE),
+            bm25_rank=branch.get(BM25), key_rank=branch.get(KEY),
+            key_bm25_rank=branch.get(KEY_BM25))))
+    t.fetch += clock() - t0
+    return results

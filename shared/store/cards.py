@@ -78,6 +78,16 @@ async def existing_ids(conn: AsyncConnection, ids: list[uuid.UUID]) -> set[uuid.
     return {row["id"] for row in await cur.fetchall()}
 
 
+async def linked_questions(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
+    """For each card of ``ids``, the questions of the solved questions that link to it, in the
+    solved cards' id order (cards nothing links to are absent): the document expansion of a
+    clarification's or rule's projection (:mod:`shared.projection.documents`)."""
+    if not ids:
+        return {}
+    cur = await conn.execute(Q.linked_questions, {"ids": ids})
+    return {row["target_id"]: list(row["questions"]) for row in await cur.fetchall()}
+
+
 async def revisions(conn: AsyncConnection) -> dict[uuid.UUID, int]:
     """Every card id of the workspace with its current revision, in id order."""
     cur = await conn.execute(Q.card_revisions)

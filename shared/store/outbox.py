@@ -47,10 +47,21 @@ async def insert(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
     return (await cur.fetchone())["id"]
 
 
+async def insert_upsert_coalesced(conn: AsyncConnection, workspace_id: str,
+                                  card_uuid: uuid.UUID, revision: int) -> int:
+    """Queue an upsert of a card at ``revision``, or give that revision to the card's pending
+    upsert when it has one (a review that creates a clause and a solved question linking to it
+    gets the clause queued once, by the link's trigger and by the review alike); returns the
+    operation's id."""
+    cur = await conn.execute(Q.op_upsert_coalesced, {"workspace": workspace_id,
+                                                     "card_id": card_uuid, "revision": revision})
+    return (await cur.fetchone())["id"]
+
+
 async def insert_upserts(conn: AsyncConnection, workspace_id: str,
                          card_ids: list[uuid.UUID]) -> list[int]:
-    """Queue one upsert per card at its current revision (a bulk import), in card-id order;
-    returns the operation ids."""
+    """Queue one upsert per card at its current revision (a bulk import) unless the card has a
+    pending one already; returns the ids of the cards' pending upserts, in id order."""
     cur = await conn.execute(Q.ops_insert_bulk, {"workspace": workspace_id, "ids": card_ids})
     return [r["id"] for r in await cur.fetchall()]
 

@@ -48,6 +48,14 @@ DELETE FROM cards WHERE id = %(id)s RETURNING id;
 -- name: card_ids_existing
 SELECT id FROM cards WHERE id = ANY(%(ids)s);
 
+-- name: linked_questions
+-- Per target card, the questions of the solved questions linking to it, by the source's id.
+SELECT l.target_id, array_agg(s.content->>'question' ORDER BY s.id) AS questions
+FROM card_links l JOIN cards s ON s.id = l.source_id
+WHERE l.target_id = ANY(%(ids)s) AND s.family = 'solved_question'
+  AND coalesce(s.content->>'question', '') <> ''
+GROUP BY l.target_id;
+
 -- name: card_revisions
 SELECT id, revision FROM cards ORDER BY id;
 
@@ -122,13 +130,43 @@ INSERT INTO projection_ops (workspace_id, card_id, op, revision)
 VALUES (%(workspace)s, %(card_id)s, %(op)s, %(revision)s)
 RETURNING id;
 
+-- name: op_upsert_coalesced
+-- An upsert at %(revision)s for a card, folded into the card's pending upsert when it has one
+-- (queued earlier in the same transaction by migration 006's triggers, say): that operation
+-- takes the new revision. Returns the operation's id.
+WITH folded AS (
+    UPDATE projection_ops SET revision = %(revision)s, updated_at = now()
+    WHERE id = (SELECT id FROM projection_ops
+                WHERE card_id = %(card_id)s AND op = 'upsert' AND status = 'pending'
+                ORDER BY id LIMIT 1 FOR UPDATE)
+    RETURNING id
+), inserted AS (
+    INSERT INTO projection_ops (workspace_id, card_id, op, revision)
+    SELECT %(workspace)s, %(card_id)s, 'upsert', %(revision)s
+    WHERE NOT EXISTS (SELECT 1 FROM folded)
+    RETURNING id
+)
+SELECT id FROM folded UNION ALL SELECT id FROM inserted;
+
 -- name: ops_insert_bulk
--- One upsert operation per new card (bulk import), at the cards' current revision.
-INSERT INTO projection_ops (workspace_id, card_id, op, revision)
-SELECT %(workspace)s, c.id, 'upsert', c.revision
-FROM cards c WHERE c.id = ANY(%(ids)s)
-ORDER BY c.id
-RETURNING id;
+-- One pending upsert per card (bulk import), at the cards' current revision: inserted where the
+-- card has none (the links of an import queue their targets through migration 006's triggers
+-- first), else the pending one. The ids of both, in id order.
+WITH inserted AS (
+    INSERT INTO projection_ops (workspace_id, card_id, op, revision)
+    SELECT %(workspace)s, c.id, 'upsert', c.revision
+    FROM cards c
+    WHERE c.id = ANY(%(ids)s)
+      AND NOT EXISTS (SELECT 1 FROM projection_ops o
+                      WHERE o.card_id = c.id AND o.op = 'upsert' AND o.status = 'pending')
+    ORDER BY c.id
+    RETURNING id
+)
+SELECT id FROM inserted
+UNION ALL
+SELECT o.id FROM projection_ops o
+WHERE o.card_id = ANY(%(ids)s) AND o.op = 'upsert' AND o.status = 'pending'
+ORDER BY id;
 
 -- name: ops_claim
 -- Lease the given operation plus up to %(limit)s - 1 other claimable ones of the workspace

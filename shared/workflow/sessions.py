@@ -382,7 +382,7 @@ class Workflow:
             action = rules.action(d, reuse.get(n))
             if d.key in revisions:
                 revision = revisions[d.key]
-                op_id = await outbox.insert(conn, workspace, cid, "upsert", revision)
+                op_id = await outbox.insert_upsert_coalesced(conn, workspace, cid, revision)
                 op_ids.append(op_id)
                 projection.append(ProjectionEntry(card_id=card_id_str(cid), revision=revision,
                                                   operation=op_id))

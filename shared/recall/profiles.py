@@ -1,0 +1,34 @@
+"""The retrieval profile of each recall mode: which named vectors it searches and how their
+rankings are fused (DESIGN §5 step 1), chosen on data the reported figures do not include.
+
+The weights were chosen on the tuning halves of Spider-Syn train (70 of its 140 databases, by
+sorted ``db_id``) and of the BIRD databases, and are reported on the other halves
+(``bench/README.md``, "Recall quality"; ``bench/recall_quality.py`` prints every mode next to
+the peer configurations: dense only, BM25 only and equal-weight reciprocal rank fusion).
+Distribution-based score fusion (:mod:`shared.recall.fusion`) won over reciprocal rank fusion on
+the tuning data for every mode.
+
+- ``solved``: the key vector (the stored question) with the content's dense vector and BM25: a
+  reworded question is compared with stored questions first.
+- ``search``: all four vectors, BM25 on the card's text (with the questions of the solved cards
+  that link to it) weighted highest.
+- ``rules``: as ``search``.
+"""
+
+from __future__ import annotations
+
+from shared.index.engine import BM25, DENSE, KEY, KEY_BM25
+from shared.recall.fusion import FusionProfile
+
+MODE_PROFILES: dict[str, FusionProfile] = {
+    "solved": FusionProfile(method="dbsf", weights={KEY: 1.0, DENSE: 1.0, BM25: 0.75}),
+    "search": FusionProfile(method="dbsf",
+                            weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0}),
+    "rules": FusionProfile(method="dbsf",
+                           weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0}),
+}
+
+
+def profile_for(mode: str) -> FusionProfile:
+    """The fusion profile of a recall mode."""
+    return MODE_PROFILES[mode]

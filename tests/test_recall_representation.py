@@ -1,0 +1,230 @@
+"""Projection format 3 (issue 13): the key vectors, the questions of linking solved cards in a
+clarification's projection (kept consistent through the outbox in the same transaction), and the
+model fingerprint that makes a collection built with other model files incompatible."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shared.config import load_settings
+from shared.index.embedding import Embedder
+from helpers import model_env, skip_or_fail
+
+BASE = "/api/workspaces/acme/memory"
+
+ELDER_CLAUSE = {"family": "domain_clarification", "title": "Age > 65",
+                "content": {"definition": "Age > 65"},
+                "dependencies": [{"database": "clinic", "schema": "public", "table": "patient",
+                                  "column": "age"}]}
+OTHER_CLAUSES = [
+    {"family": "domain_clarification", "title": "Active means status = 'A'",
+     "content": {"definition": "An active account has status = 'A'."}},
+    {"family": "domain_clarification", "title": "Female patients",
+     "content": {"definition": "SEX = 'F' means a female patient."}},
+]
+
+
+def _solved(question: str, links: list[str], sql: str = "SELECT count(*) FROM patient") -> dict:
+    return {"family": "solved_question", "title": question,
+            "content": {"question": question, "sql": sql},
+            "links": [{"target": t, "meaning": "uses"} for t in links]}
+
+
+async def _create(env, h, body) -> dict:
+    r = await env.client.post(BASE, headers=h, json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["card"]
+
+
+def _open_upserts(env, card_id: str) -> int:
+    return env.scalar("SELECT count(*) FROM memory.projection_ops WHERE card_id = %s "
+                      "AND op = 'upsert' AND status = 'pending'", card_id[4:])
+
+
+async def _bm25_rank(env, h, query: str, card_id: str) -> int | None:
+    r = await env.client.post(f"{BASE}/search", headers=h, json={"query": query, "mode": "search"})
+    assert r.status_code == 200, r.text
+    ranks = {x["card"]["id"]: x["retrieval"].get("bm25_rank") for x in r.json()["results"]}
+    return ranks.get(card_id)
+
+
+@pytest.mark.both_engines
+async def test_a_clarification_is_found_through_the_questions_that_used_it(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        clause = await _create(env, h, ELDER_CLAUSE)
+        for other in OTHER_CLAUSES:
+            await _create(env, h, other)
+        await env.drain()
+        # nothing in the clause's own words says "elderly"
+        assert await _bm25_rank(env, h, "elderly", clause["id"]) is None
+        solved = await _create(env, h, _solved("How many elderly patients are there?",
+                                               [clause["id"]]))
+        # the link queued the clause's re-projection in the create's own transaction
+        assert _open_upserts(env, clause["id"]) == 1
+        await env.drain()
+        assert await _bm25_rank(env, h, "elderly", clause["id"]) == 1
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "elderly patients", "mode": "search"})
+        assert r.json()["results"][0]["card"]["id"] == clause["id"]
+        assert solved["id"] not in {x["card"]["id"] for x in r.json()["results"]}  # mode families
+
+        # a new question text re-queues the clause, and the old words stop finding it
+        shown = (await env.client.get(f"{BASE}/{solved['id']}", headers=h)).json()["card"]
+        body = {k: shown[k] for k in ("family", "title", "content", "links", "revision")}
+        body["content"] = {**body["content"], "question": "How many senior patients are there?"}
+        r = await env.client.put(f"{BASE}/{solved['id']}", headers=h, json=body)
+        assert r.status_code == 200, r.text
+        assert _open_upserts(env, clause["id"]) == 1
+        await env.drain()
+        assert await _bm25_rank(env, h, "elderly", clause["id"]) is None
+        assert await _bm25_rank(env, h, "senior", clause["id"]) == 1
+
+        # deleting the solved card removes its question from the clause's projection
+        assert (await env.client.delete(f"{BASE}/{solved['id']}", headers=h)).status_code == 200
+        assert _open_upserts(env, clause["id"]) == 1
+        await env.drain()
+        assert await _bm25_rank(env, h, "senior", clause["id"]) is None
+        audit = (await env.client.get(f"{BASE}/audit", headers=h)).json()
+        assert (audit["stale"], audit["missing"], audit["orphan"]) == ([], [], [])
+
+
+async def test_an_import_projects_each_linked_clause_once(make_env):
+    """The import's links queue their targets through the trigger; the import's own upserts do
+    not add a second operation for those cards."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        lines = [{"key": "c1", **ELDER_CLAUSE},
+                 {"key": "s1", **_solved("How many elderly patients?", ["c1"])},
+                 {"key": "s2", **_solved("Count the old patients", ["c1"])}]
+        r = await env.client.post(f"{BASE}/import", headers=h,
+                                  content="\n".join(json.dumps(x) for x in lines))
+        assert r.status_code == 201, r.text
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops") == 3
+        await env.drain()
+        ids = {x["card"]["title"]: x["card"]["id"] for x in (await env.client.post(
+            f"{BASE}/search", headers=h, json={"query": "old patients", "mode": "search"})
+        ).json()["results"]}
+        assert list(ids) == ["Age > 65"]
+
+
+async def test_a_solved_question_is_found_by_its_question(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = await _create(env, h, _solved("How many patients are older than 65?", [],
+                                             "SELECT count(*) FROM patient WHERE age > 65"))
+        await _create(env, h, _solved("List the patients admitted in 2023", [],
+                                      "SELECT * FROM admission WHERE year = 2023"))
+        await env.drain()
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "count the patients who are over 65 years old", "mode": "solved"})
+        top = r.json()["results"][0]
+        assert top["card"]["id"] == card["id"]
+        assert top["retrieval"]["key_rank"] == 1  # the stored question's own vector found it
+        assert top["retrieval"]["dense_rank"] is not None
+
+
+async def test_other_model_files_make_the_collection_incompatible_until_rebuilt(make_env,
+                                                                              tmp_path: Path):
+    """The collection records a fingerprint of the model files it was built with: swapping the
+    files keeps writes pending and makes recall 503 ``index_incompatible`` until `index`."""
+    models = model_env()
+    if "MEMARC_DENSE_MODEL_PATH" not in models:
+        skip_or_fail("needs a local copy of the dense model (MEMARC_DENSE_MODEL_PATH)")
+    dense_path = Path(models["MEMARC_DENSE_MODEL_PATH"])
+    copy = tmp_path / "model"
+    shutil.copytree(dense_path, copy)
+    for f in copy.iterdir():
+        f.chmod(0o644)
+
+    def use_model(env, folder: Path) -> None:
+        """This process (worker and API) embeds with the model in ``folder`` from now on."""
+        e = Embedder(load_settings({**models, "MEMARC_DENSE_MODEL_PATH": str(folder)}))
+        e.load(("en",))
+        env.resources.embedder = e
+        env.app.state.archive = env.resources.archive()
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        use_model(env, copy)
+        card = await _create(env, h, ELDER_CLAUSE)
+        await env.drain()
+        assert (await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "age over 65"})).status_code == 200
+        # other files in the model folder (a changed tokenizer configuration, as another
+        # checkpoint of the same dimension would be): another fingerprint
+        config = copy / "tokenizer_config.json"
+        config.write_text(config.read_text() + "\n", encoding="utf-8")
+        use_model(env, copy)
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "age over 65"})
+        assert r.status_code == 503 and r.json()["code"] == "index_incompatible", r.text
+        assert "fingerprint" in r.json()["detail"]
+        second = await _create(env, h, OTHER_CLAUSES[0])
+        assert second is not None
+        await env.drain()
+        pending = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+        assert [o["card_id"] for o in pending] == [second["id"]]
+        assert "fingerprint" in pending[0]["last_error"]
+        # the rebuild makes a collection with the new fingerprint
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        assert r.status_code == 202, r.text
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()[
+            "status"] == "done"
+        await env.client.post(f"{BASE}/{second['id']}/retry", headers=h)
+        await env.drain()
+        r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "age over 65"})
+        assert r.status_code == 200 and r.json()["results"][0]["card"]["id"] == card["id"]
+        assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"] == []
+
+
+async def test_an_italian_workspace_can_have_a_dense_model_of_its_own(make_env, tmp_path: Path):
+    """``MEMARC_DENSE_MODEL_IT`` / ``_IT_PATH`` pick the dense model of ``it`` workspaces (a
+    multilingual one, in a deployment that can fetch it); each collection records the fingerprint
+    of the model it was built with. Here the "other" model is a copy of the offline one with one
+    file changed: another fingerprint, the same vectors."""
+    models = model_env()
+    if "MEMARC_DENSE_MODEL_PATH" not in models:
+        skip_or_fail("needs a local copy of the dense model (MEMARC_DENSE_MODEL_PATH)")
+    copy = tmp_path / "model-it"
+    shutil.copytree(models["MEMARC_DENSE_MODEL_PATH"], copy)
+    for f in copy.iterdir():
+        f.chmod(0o644)
+    (copy / "config.json").write_text((copy / "config.json").read_text() + "\n", encoding="utf-8")
+    settings = load_settings({**models, "MEMARC_DENSE_MODEL_IT": "copy/of-minilm",
+                              "MEMARC_DENSE_MODEL_IT_PATH": str(copy)})
+    assert settings.dense_model_for("it") == ("copy/of-minilm", str(copy))
+    assert settings.dense_model_for("en") == (settings.dense_model, settings.dense_model_path)
+    e = Embedder(settings)
+    e.load(("en", "it"))
+    en, it = e.layout("en"), e.layout("it")
+    assert (en.dense_model, it.dense_model) == (settings.dense_model, "copy/of-minilm")
+    assert en.fingerprint != it.fingerprint
+    async with make_env() as env:
+        env.resources.embedder = e
+        env.app.state.archive = env.resources.archive()
+        env.workspace("acme")
+        env.workspace("ditta", language="it")
+        h, hi = env.token("acme"), env.token("ditta")
+        await _create(env, h, ELDER_CLAUSE)
+        r = await env.client.post("/api/workspaces/ditta/memory", headers=hi, json={
+            "family": "domain_clarification", "title": "Anziani",
+            "content": {"definition": "Un paziente anziano ha età > 65."}})
+        assert r.status_code == 201, r.text
+        await env.drain()
+        for ws, hh, query, layout in (("acme", h, "age over 65", en),
+                                      ("ditta", hi, "pazienti anziani", it)):
+            r = await env.client.post(f"/api/workspaces/{ws}/memory/search", headers=hh,
+                                      json={"query": query})
+            assert r.status_code == 200 and len(r.json()["results"]) == 1, r.text
+            assert await env.resources.index.check_collection(ws, layout)
+        with pytest.raises(Exception, match="fingerprint"):
+            await env.resources.index.check_collection("ditta", en)
