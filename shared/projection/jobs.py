@@ -82,17 +82,40 @@ async def sweep(ctx: dict[str, Any]) -> int:
 async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
     """Stop an arq worker gracefully: pick no new job, let running jobs finish (at most
     ``grace_seconds``; a job cut short keeps its lease and is reclaimed after it expires), close.
+
+    The poll loop is not cancelled but ends by itself at its next turn (as a burst worker with no
+    job left to start, arq's own exit), and every job has ended before the Redis pool is closed;
+    the pool is closed however arq's close ends. Cancelling the loop, as arq's close does, can
+    interrupt a Redis pipeline while it gives its connection back, and a connection left out of
+    the pool is then closed by the garbage collector only, as a ``ResourceWarning`` in whatever
+    runs at that moment (issue 14).
     """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_seconds
     worker.allow_pick_jobs = False
+    main = worker.main_task
+    if main is not None and not main.done():
+        worker.burst, worker.max_burst_jobs = True, 0  # the loop returns once its jobs are done
+        await asyncio.wait([main], timeout=grace_seconds)
+        if not main.done():  # a job outlived the grace: cut it short with the loop
+            main.cancel()
+            await asyncio.wait([main], timeout=grace_seconds)
     running = [t for t in worker.tasks.values() if not t.done()]
     if running:
-        await asyncio.wait(running, timeout=grace_seconds)
+        _, late = await asyncio.wait(running, timeout=max(0.0, deadline - loop.time()))
+        for t in late:
+            t.cancel()
+        if late:
+            await asyncio.wait(late, timeout=grace_seconds)
     try:
-        await worker.close()  # cancels what is still running, then gathers it
+        await worker.close()  # gathers the jobs, removes the heartbeat, closes the pool
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # we are being cancelled ourselves
+    finally:
+        if worker.pool is not None:  # arq's close stopped early (a job cut short, Redis gone)
+            await worker.pool.aclose(close_connection_pool=True)
 
 
 HEALTH_SECONDS = 30
