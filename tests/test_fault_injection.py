@@ -290,7 +290,10 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
                         break
                     assert proc.poll() is None, log.read_text()[-2000:]
                     time.sleep(0.5)
-                assert open_ops == 0, log.read_text()[-2000:]
+                left_open = conn.execute("SELECT status, op, attempts, left(coalesce(last_error, ''), 200), "
+                                         "count(*) FROM memory.projection_ops WHERE status <> 'done' "
+                                         "GROUP BY 1, 2, 3, 4").fetchall()
+                assert open_ops == 0, (left_open, log.read_text()[-4000:])
                 current = conn.execute(
                     "SELECT count(*) FROM memory.cards c JOIN memory.projections p ON p.card_id = c.id "
                     "AND p.revision = c.revision").fetchone()[0]

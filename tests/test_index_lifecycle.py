@@ -400,3 +400,70 @@ async def test_a_large_rebuild_optimizes_its_collection_out_of_process(make_env)
         assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
         assert set(await env.resources.index.scroll_ids("acme")) == {
             uuid.UUID(c["id"][4:]) for c in cards}
+
+
+async def test_jobs_that_died_with_their_worker_are_offered_again_under_ids_of_their_own(make_env):
+    """Issue 14: a worker killed mid-job leaves the job's arq keys in Redis, and arq keeps its
+    in-progress key for the longest function timeout plus 10 s (six hours: the rebuild job's).
+    The sweep offers a leased operation or rebuild whose lease expired under an attempt's own
+    job id, so the next worker runs it at once instead of hours later. Here the dead worker is
+    reproduced by its leftovers: the arq job and in-progress keys of the first attempt, and the
+    PostgreSQL rows leased with an expired lease."""
+    from arq.constants import in_progress_key_prefix
+
+    from shared.projection.jobs import build_worker, stop_worker
+    from shared.projection.queue import PROJECT_JOB, REBUILD_JOB, job_id, rebuild_job_id
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 2)  # their jobs are queued: these are the dead attempts
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            ops = [row[0] for row in conn.execute(
+                "UPDATE memory.projection_ops SET status = 'running', attempts = 1, "
+                "lease_expires_at = now() - interval '1 second' RETURNING id")]
+            conn.execute("UPDATE memory.index_rebuilds SET status = 'running', started_at = now(), "
+                         "lease_expires_at = now() - interval '1 second' WHERE id = %s", [rid])
+        from arq import create_pool
+
+        from shared.projection.queue import QUEUE_NAME, redis_settings
+
+        pool = await create_pool(redis_settings(env.settings.redis_url), default_queue_name=QUEUE_NAME)
+        try:
+            dead = [job_id(op) for op in ops] + [rebuild_job_id(rid)]
+            for jid in dead:  # what a SIGKILL leaves: queued job, marked in progress for hours
+                await pool.psetex(in_progress_key_prefix + jid, 6 * 3600 * 1000, b"1")
+            assert await pool.enqueue_job(PROJECT_JOB, "acme", ops[0], _job_id=job_id(ops[0])) is None
+            assert await pool.enqueue_job(REBUILD_JOB, "acme", str(rid), _job_id=rebuild_job_id(rid)) is None
+            queued_before = {x.decode() for x in await pool.zrange(QUEUE_NAME, 0, -1)}
+            assert set(dead) <= queued_before
+            # a worker (not a burst one: the dead jobs stay queued and "in progress"); its
+            # start-up sweep offers the restarts
+            worker = build_worker(env.resources, poll_delay=0.05)
+            task = asyncio.create_task(worker.async_run())
+            try:
+                for _ in range(600):
+                    row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
+                    with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+                        left = conn.execute("SELECT count(*) FROM memory.projection_ops "
+                                            "WHERE status <> 'done'").fetchone()[0]
+                    if row["status"] == "done" and left == 0:
+                        break
+                    await asyncio.sleep(0.1)
+            finally:
+                await stop_worker(worker)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            queued_after = {x.decode() for x in await pool.zrange(QUEUE_NAME, 0, -1)}
+            assert queued_after == set(dead)  # only the dead attempts are left, still "in progress"
+        finally:
+            await pool.aclose()
+        assert row["status"] == "done" and row["summary"]["written"] == 2, row
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            attempts = conn.execute("SELECT min(attempts) FROM memory.projection_ops WHERE id = ANY(%s)",
+                                    [ops]).fetchone()[0]
+        assert left == 0 and attempts == 2
+        res = await _search(env, h)
+        assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)

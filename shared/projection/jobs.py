@@ -67,14 +67,15 @@ async def sweep(ctx: dict[str, Any]) -> int:
         open_rebuilds = await rebuilds.open_rebuilds(conn)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
-                                _job_id=rebuild_job_id(row["rebuild_id"]))
+                                _job_id=rebuild_job_id(row["rebuild_id"], row["expired_lease"]))
         offered += 1
     for ws in workspaces:
         async with res.db.transaction(ws) as conn:
-            ids = await outbox.open_for_sweep(conn, ws, SWEEP_BATCH)
-        # one job per batch: each job leases up to BATCH_SIZE open operations of the workspace
-        for op_id in ids[::BATCH_SIZE]:
-            await redis.enqueue_job(PROJECT_JOB, ws, op_id, _job_id=job_id(op_id))
+            claimable = await outbox.open_for_sweep(conn, ws, SWEEP_BATCH)
+        # one job per batch: each job leases up to BATCH_SIZE open operations of the workspace;
+        # an attempt's own job id, so a job that died with its worker does not block the offer
+        for op_id, attempts in claimable[::BATCH_SIZE]:
+            await redis.enqueue_job(PROJECT_JOB, ws, op_id, _job_id=job_id(op_id, attempts))
             offered += 1
     return offered
 

@@ -8,6 +8,8 @@ stays pending in PostgreSQL until the sweep re-enqueues it.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import asyncio
 import logging
 
@@ -21,14 +23,24 @@ REBUILD_JOB = "rebuild_index"
 QUEUE_NAME = "memarc:projection"
 
 
-def job_id(op_id: int) -> str:
-    """arq job id of a projection operation."""
-    return f"memarc:op:{op_id}"
+def job_id(op_id: int, attempt: int = 0) -> str:
+    """arq job id of a projection operation's ``attempt`` (0: never leased; n: leased n times).
+
+    An attempt has an id of its own because a job that dies with its worker (SIGKILL, power
+    loss) leaves its arq job and in-progress keys in Redis, and arq keeps the in-progress key for
+    the longest function timeout plus 10 s (six hours here, the rebuild job's timeout): offering
+    the same id again would be a no-op for that long. Re-offers of one attempt (the sweep every
+    few seconds) still share an id, so they stay no-ops while it is queued.
+    """
+    return f"memarc:op:{op_id}" if attempt == 0 else f"memarc:op:{op_id}:try{attempt}"
 
 
-def rebuild_job_id(rebuild_id: object) -> str:
-    """arq job id of a tracked index rebuild."""
-    return f"memarc:rebuild:{rebuild_id}"
+def rebuild_job_id(rebuild_id: object, expired_lease: datetime | None = None) -> str:
+    """arq job id of a tracked index rebuild; ``expired_lease`` (the lease a dead run left) gives
+    a restart an id of its own, for the reason :func:`job_id` gives."""
+    if expired_lease is None:
+        return f"memarc:rebuild:{rebuild_id}"
+    return f"memarc:rebuild:{rebuild_id}:{int(expired_lease.timestamp() * 1000)}"
 
 
 def redis_settings(url: str) -> RedisSettings:

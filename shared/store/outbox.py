@@ -115,11 +115,12 @@ async def open_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int
     return [r["id"] for r in await cur.fetchall()]
 
 
-async def open_for_sweep(conn: AsyncConnection, workspace_id: str, limit: int) -> list[int]:
-    """Ids of at most ``limit`` claimable operations of a workspace (pending, or running with an
-    expired lease), oldest first."""
+async def open_for_sweep(conn: AsyncConnection, workspace_id: str,
+                         limit: int) -> list[tuple[int, int]]:
+    """``[(id, attempts)]`` of at most ``limit`` claimable operations of a workspace (pending, or
+    running with an expired lease), oldest first; ``attempts`` is how often each was leased."""
     cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": workspace_id, "limit": limit})
-    return [r["id"] for r in await cur.fetchall()]
+    return [(r["id"], r["attempts"]) for r in await cur.fetchall()]
 
 
 async def workspaces_with_open_operations(conn: AsyncConnection) -> list[str]:

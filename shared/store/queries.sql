@@ -216,7 +216,7 @@ SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at 
 WHERE op = 'delete' AND status IN ('pending', 'failed');
 
 -- name: ops_open_for_sweep
-SELECT id FROM projection_ops
+SELECT id, attempts FROM projection_ops
 WHERE workspace_id = %(workspace)s
   AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
 ORDER BY id
@@ -344,7 +344,7 @@ SELECT * FROM index_rebuilds WHERE id = %(id)s;
 SELECT * FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
 
 -- name: sweep_rebuilds
-SELECT workspace_id, rebuild_id FROM workspaces_with_open_rebuilds();
+SELECT workspace_id, rebuild_id, expired_lease FROM workspaces_with_open_rebuilds();
 
 -- ==== activity log (shared/store/activity_log.py) ====
 -- name: activity_insert

@@ -70,6 +70,7 @@ async def latest(conn: AsyncConnection) -> dict[str, Any] | None:
 
 
 async def open_rebuilds(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """``[{workspace_id, rebuild_id}]`` of the rebuilds to (re)start, across workspaces: queued,
-    or running with an expired lease (a definer function)."""
+    """``[{workspace_id, rebuild_id, expired_lease}]`` of the rebuilds to (re)start, across
+    workspaces: queued (``expired_lease`` None), or running with an expired lease (its expiry
+    time, so each restart has a job id of its own); a definer function."""
     return await (await conn.execute(Q.sweep_rebuilds)).fetchall()
