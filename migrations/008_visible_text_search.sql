@@ -47,14 +47,13 @@ DROP INDEX IF EXISTS cards_title_trgm_idx;
 DROP INDEX IF EXISTS cards_content_trgm_idx;
 DO $$
 DECLARE
-    ext_schema text;
+    ddl text;
 BEGIN
-    SELECT n.nspname INTO ext_schema
-    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-    WHERE e.extname = 'pg_trgm';
-    IF ext_schema IS NOT NULL THEN
-        EXECUTE format('CREATE INDEX cards_search_text_trgm_idx ON cards '
-                       'USING gin (search_text %I.gin_trgm_ops)', ext_schema);
+    SELECT format('CREATE INDEX cards_search_text_trgm_idx ON cards '
+                  'USING gin (search_text %s.gin_trgm_ops)', extnamespace::regnamespace)
+    INTO ddl FROM pg_extension WHERE extname = 'pg_trgm';
+    IF ddl IS NOT NULL THEN
+        EXECUTE ddl;
     END IF;
 END
 $$;
