@@ -26,8 +26,9 @@ superuser URL, see ``bench/_archive.py``; no models, no index: the list page rea
    statement of the page). ``--explain`` instead prints the execution time of every statement
    of the list page per scenario (``--plans`` with the plans).
 
-Text search differs by design: the explorer matches a case-insensitive substring of title and
-content (ILIKE); Datasette's ``_search`` matches FTS5 tokens. The printed totals show both counts.
+Text search differs by design: the explorer matches a case-insensitive substring of the card's
+visible text (title, scope, concepts, content values: migration 008's ``search_text``, ILIKE);
+Datasette's ``_search`` matches FTS5 tokens of title and content. The printed totals show both counts.
 """
 
 from __future__ import annotations
@@ -245,11 +246,11 @@ def export_sqlite(url: str, workspace: str, path: Path) -> int:
     return len(out)
 
 
-def build_archive(n: int, other: int) -> tuple[str, float, dict[str, str], dict[str, str]]:
+def build_archive(n: int, other: int, dbname: str = "memarc_bench_explorer"
+                  ) -> tuple[str, float, dict[str, str], dict[str, str]]:
     """The benchmark database: ``(url, seconds to apply migration 004, indexes it added, indexes
     it dropped)``, indexes as ``{name: definition}``."""
     base = admin_url()
-    dbname = "memarc_bench_explorer"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{dbname}"')
@@ -465,17 +466,27 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--phases", type=int, choices=(1, 2, 3), default=3,
                     help="1: with migration 004 only; 2: also without pg_trgm; 3: also before 004")
     ap.add_argument("--keep", action="store_true", help="reuse the database of a previous run")
+    ap.add_argument("--dbname", default="memarc_bench_explorer",
+                    help="the benchmark database (dropped and created unless --keep)")
+    ap.add_argument("--only", metavar="TEXT",
+                    help="run only the scenarios whose label contains TEXT (e.g. 'text')")
     ap.add_argument("--explain", action="store_true",
                     help="print the execution time of every list-page statement and stop")
     ap.add_argument("--plans", action="store_true", help="with --explain: print the plans too")
     args = ap.parse_args(argv)
     from datasette.app import Datasette
 
+    if args.only:
+        global SCENARIOS
+        SCENARIOS = [s for s in SCENARIOS if args.only in s[0]]
+        if not SCENARIOS:
+            ap.error(f"no scenario label contains {args.only!r}")
+
     if args.keep:
-        url, seconds, added, dropped = (_url(admin_url(), "memarc_bench_explorer"), float("nan"),
+        url, seconds, added, dropped = (_url(admin_url(), args.dbname), float("nan"),
                                         {}, {})
     else:
-        url, seconds, added, dropped = build_archive(args.cards, args.other)
+        url, seconds, added, dropped = build_archive(args.cards, args.other, args.dbname)
     if args.explain:
         await explain(url, args.plans)
         return

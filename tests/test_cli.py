@@ -57,6 +57,9 @@ async def test_cli_creates_lists_and_recalls_a_card(make_env, tmp_path, monkeypa
         cid = await _create(capsys, tmp_path / "card.json")
         code, listed, _ = await run_cli(capsys, "list", "--workspace", "acme", "--q", "monday")
         assert code == 0 and [c["id"] for c in listed["cards"]] == [cid]
+        # the text, not the JSON: "rule" is only the content's key
+        code, listed, _ = await run_cli(capsys, "list", "--workspace", "acme", "--q", "rule")
+        assert code == 0 and listed["cards"] == []
         code, pending, _ = await run_cli(capsys, "pending", "--workspace", "acme")
         assert code == 0 and pending["total"] == 1
         await env.drain()

@@ -237,6 +237,23 @@ async def test_text_id_and_origin_searches_combine_with_filters_before_paging(ma
         assert "3 cards" in r.text
 
 
+async def test_the_list_text_search_matches_visible_text_not_json(make_env, explorer):
+    """The explorer's ``q`` is the API's: content keys and JSON syntax are not text; a line
+    break in the SQL and a term in the concepts are."""
+    async with make_env() as env:
+        ds, _, _ = await _list_of_29(env, explorer)
+        # "question" and "sql" are only the solved question's keys; '"' only the JSON's quotes
+        for q in ("question", "sql", '"'):
+            r = await get(ds, "/-/memory/acme", q=q)
+            assert "0 cards" in r.text and rows(r.text) == 0, q
+        r = await get(ds, "/-/memory/acme", q="orders\nWHERE status")
+        assert "1 card " in r.text and "Top &lt;b&gt;customers" in r.text and rows(r.text) == 1
+        # the rules' concepts (revenue) and the solved question's title
+        r = await get(ds, "/-/memory/acme.json", q="revenue", _size=100)
+        assert r.json()["total"] == 26
+        assert {c["family"] for c in r.json()["cards"]} == {"sql_rule", "solved_question"}
+
+
 async def test_a_misspelt_or_bad_list_parameter_is_refused_with_its_message(
         make_env, explorer, subtests):
     async with make_env() as env:

@@ -153,11 +153,69 @@ async def test_text_search_is_a_literal_substring_of_title_or_content_in_this_wo
             assert (await cur.fetchone())["n"] == 0
 
 
+async def test_text_search_matches_the_visible_text_and_never_the_json(make_env, subtests):
+    """``q`` searches what a reader sees of a card (title, scope, concepts, content values, the
+    SQL included), as text: never the content's keys or its JSON syntax, and a quote or a line
+    break in a value is found as typed (migration 008)."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        bodies = {
+            "Net": {"family": "sql_rule", "title": "Net revenue excludes cancelled orders",
+                    "content": {"rule": "Filter out status 'cancelled' before summing.",
+                                "rationale": "Cancelled orders are refunded."},
+                    "scope": "finance-team", "concepts": ["revenue", "churnrate"]},
+            "Thumb": {"family": "sql_rule", "title": "Thumb: weeks start on Monday",
+                      "content": {"rule": "A rule of thumb: ISO weeks."}},
+            "Churn": {"family": "domain_clarification", "title": "Churned customer",
+                      "content": {"definition": 'A customer "lost" after 90 days\nwithout orders.'}},
+            "Term": {"family": "domain_clarification", "title": "Glossary term",
+                     "content": {"definition": "The definition of an active user.",
+                                 "context": "Used by the growth dashboards."}},
+            "Top": {"family": "solved_question", "title": "Top customers",
+                    "content": {"question": "Who are the top 5 customers?",
+                                "sql": "SELECT customer_id, sum(amount)\nFROM orders\n"
+                                       "GROUP BY 1 ORDER BY 2 DESC LIMIT 5"}},
+        }
+        ids = {}
+        for name, body in bodies.items():
+            r = await env.client.post(BASE, json=body, headers=h)
+            assert r.status_code == 201, r.text
+            ids[r.json()["card"]["id"]] = name
+        for q, expected in (
+                # content keys: only the cards whose text has the word
+                ("rule", ["Thumb"]), ("definition", ["Term"]), ("rationale", []),
+                ("question", []), ("sql", []), ("context", []),
+                # JSON syntax is not text
+                ('": "', []), ('{"', []), ("\\n", []), ('\\"', []),
+                # a quote and a line break in a value are found as typed
+                ('"lost"', ["Churn"]), ('"', ["Churn"]), ("90 days\nwithout", ["Churn"]),
+                ("sum(amount)\nFROM orders\nGROUP", ["Top"]),
+                # scope, concepts and the SQL
+                ("finance-team", ["Net"]), ("CHURNRATE", ["Net"]), ("revenue", ["Net"]),
+                ("customer_id", ["Top"]), ("order by 2 desc", ["Top"]),
+                # content values still (any field), case-insensitive
+                ("GROWTH dashboards", ["Term"]), ("refunded", ["Net"]),
+                # a term never spans two fields
+                ("orders filter", []), ("finance-team revenue", [])):
+            with subtests.test(q=q):
+                assert await _titles(env, h, ids, sort="title", q=q) == (expected, len(expected))
+        # an update re-derives the searchable text
+        net = next(i for i, name in ids.items() if name == "Net")
+        r = await env.client.put(f"{BASE}/{net}", headers=h, json={
+            **bodies["Net"], "revision": 1, "scope": None, "concepts": [],
+            "content": {"rule": "Exclude refunds."}})
+        assert r.status_code == 200, r.text
+        assert await _titles(env, h, ids, q="finance-team") == ([], 0)
+        assert await _titles(env, h, ids, q="churnrate") == ([], 0)
+        assert await _titles(env, h, ids, q="exclude refunds") == (["Net"], 1)
+
+
 def _kept(card, query, skip: str | None) -> bool:
     """Whether ``card`` passes ``query``'s text search and every filter but facet ``skip`` (a
     facet counts the cards that pass every other filter)."""
-    text = (card.title + " " + " ".join(card.content.values())).lower()
-    if query.q.lower() not in text:
+    fields = [card.title, card.scope or "", *card.concepts, *card.content.values()]
+    if not any(query.q.lower() in field.lower() for field in fields):
         return False
     if skip != "family" and query.family and card.family not in query.family:
         return False

@@ -42,14 +42,16 @@ def catalogue(conn: psycopg.Connection, schema: str = "memory") -> list[str]:
                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", schema)
     for oid, name, rls, forced in tables:
         lines.append(f"table {name}" + (" rls" if rls else "") + (" forced" if forced else ""))
-        for col, typ, notnull, default in q(
+        for col, typ, notnull, default, generated in q(
                 "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,"
-                " pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a"
+                " pg_get_expr(d.adbin, d.adrelid), a.attgenerated = 's' FROM pg_attribute a"
                 " LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
                 " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped"
                 " ORDER BY a.attnum", oid):
+            kind = "generated always as" if generated else "default"
             lines.append(f"  column {col} {typ}" + (" not null" if notnull else "")
-                         + (f" default {_norm(default)}" if default else ""))
+                         + (f" {kind} {_norm(default)}" if default else "")
+                         + (" stored" if generated else ""))
         for con, definition in q("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
                                  " WHERE conrelid = %s ORDER BY conname", oid):
             lines.append(f"  constraint {con} {_norm(definition)}")

@@ -202,8 +202,8 @@ class MemoryController(Controller):
         page: FromQuery[Annotated[int, Parameter(ge=1, le=1_000_000)]] = 1,
         per_page: FromQuery[Annotated[int, Parameter(ge=1, le=models.MAX_PER_PAGE)]] = 20,
     ) -> CardPage:
-        """A page of cards. ``q``: text (case-insensitive substring of title or content) or a
-        card id; ``family``, ``origin`` (any of), ``concepts`` (all of) repeatable; ``database``,
+        """A page of cards. ``q``: text (case-insensitive substring of the title, scope,
+        concepts or a content value; content keys are not searched) or a card id; ``family``, ``origin`` (any of), ``concepts`` (all of) repeatable; ``database``,
         ``schema``, ``table``, ``column``: one dependency entry carries them all;
         ``updated_after`` / ``updated_before``: dates (UTC midnight) or ISO timestamps; ``sort`` = updated (default,
         newest first), created, title, family, ``desc`` reverses; ties by id. Errors: 401, 403,

@@ -2,7 +2,9 @@
 
 One :class:`ListQuery` serves the API list, the CLI list and the explorer list. The WHERE clause
 is composed here with :mod:`psycopg.sql` (values always bound); the text search runs through the
-owner function ``card_text_matches`` of migration 004. Functions run on a connection from
+owner function ``card_text_matches`` (migration 004) over the card's visible text (the
+``search_text`` column of migration 008: title, scope, concepts and content values, never the
+content's keys or JSON syntax). Functions run on a connection from
 :meth:`shared.store.database.Database.transaction`.
 """
 
@@ -25,7 +27,8 @@ from shared.store.database import Q
 class ListQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Filters, sort and page of a card listing (API list, CLI list, explorer list).
 
-    - ``q``: a ``mem-`` card id, or a case-insensitive substring of the title or content;
+    - ``q``: a ``mem-`` card id, or a case-insensitive literal substring of the card's visible
+      text: its title, scope, concepts or a content value (the SQL included), not a content key;
     - ``family``, ``origin``: any of the values given;
     - ``concepts``: all of them;
     - ``database`` / ``schema`` / ``table`` / ``column``: one dependency entry must carry every
@@ -70,7 +73,8 @@ def _text_pattern(query: ListQuery) -> str | None:
 
 
 async def text_matches(conn: AsyncConnection, query: ListQuery) -> list[uuid.UUID] | None:
-    """Ids of the cards whose title or content contains ``query.q`` (case-insensitive), or None
+    """Ids of the cards whose visible text (title, scope, concepts, content values) contains
+    ``query.q`` (case-insensitive, literally), or None
     when ``q`` is absent or a card id. One search serves every statement of a list page.
 
     :raises InvalidInput: any filter out of bounds (checked before searching).
@@ -119,8 +123,8 @@ def _list_where(query: ListQuery, skip: str | None = None,
             where.append(sql.SQL("c.id = ANY(%(q_ids)s)"))
             params["q_ids"] = matches
         else:
-            # title or content ILIKE the pattern, through the owner function of migration 004
-            # (under row-level security ILIKE could not use the trigram indexes)
+            # the visible text ILIKE the pattern, through the owner function of migration 004
+            # (under row-level security ILIKE could not use the trigram index)
             where.append(sql.SQL("c.id IN (SELECT card_text_matches(%(q_like)s))"))
             params["q_like"] = _text_pattern(query)
     if query.family and skip != "family":
