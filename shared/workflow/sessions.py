@@ -5,9 +5,10 @@ Permission ``memory.review``, checked again here.
 - :meth:`Workflow.propose` validates and stores a batch of proposals of one session: additions and
   updates, each with its source decisions, content, scope, rationale, dependencies and links (to
   existing cards by ``mem-`` id, or to other proposals of the session by their local key). A
-  proposal needs an ``approved`` decision and reusable content. An addition whose family and
-  normalised content (see :data:`~shared.workflow.rules.NORMALISATION`) equal an existing card's is
-  a *reuse* of that card.
+  proposal needs an ``approved`` decision and reusable content. An addition that is the same card
+  as an existing one (family, content up to whitespace, scope, concepts, dependencies: see
+  :data:`~shared.workflow.rules.NORMALISATION`) is a *reuse* of that card; one whose content only
+  matches loosely is an addition that shows the existing card as a ``possible_duplicate``.
 - :meth:`Workflow.summary` shows each proposal, what it would create or change (a field diff for
   updates) and which are stale, computed against the archive's current state.
 - :meth:`Workflow.review` applies a reviewer's selection (with edits) in one transaction under the
@@ -75,34 +76,42 @@ async def _reviewed(conn: AsyncConnection, session_id: str) -> ReviewReceipt | N
     return msgspec.convert(row.result, ReviewReceipt) if row is not None else None
 
 
+async def _matches(conn: AsyncConnection, bodies: list[CardWrite]) -> list[rules.Match]:
+    """The reuse rule (:func:`rules.match`) for each body against the archive's cards: the
+    candidates are the cards whose content matches loosely (found by the store)."""
+    candidates = await store.loose_content_cards(conn, bodies)
+    cards = await card_store.get_many(conn, sorted({c for ids in candidates for c in ids}))
+    return [rules.match(body, [cards[c] for c in ids if c in cards])
+            for body, ids in zip(bodies, candidates)]
+
+
 async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrite]],
-                 sent: int | None = None) -> list[uuid.UUID | None]:
+                 sent: int | None = None) -> list[rules.Match]:
     """The reuse rule over additions ``(where, key, body)``: the existing card each reuses (or
-    None: it is created).
+    None: it is created) and the possible duplicate shown for one that is created.
 
     :param sent: how many of ``additions`` (the first ones) the caller sent now; the others are
         stored already, and a duplicate names the one sent. All of them when None.
-    :raises InvalidInput: two created additions have the same family and content (the later one,
-        or the one sent, is named).
+    :raises InvalidInput: two created additions are the same card (:func:`rules.identity`; the
+        later one, or the one sent, is named).
     """
     bodies = [body for *_, body in additions]
-    targets = await store.same_content_cards(conn, bodies)
-    created = [n for n, target in enumerate(targets) if target is None]
-    norms = await store.normalised_contents(conn, [bodies[n] for n in created])
-    dup = rules.first_duplicate([(bodies[n].family, norm) for n, norm in zip(created, norms)])
+    matches = await _matches(conn, bodies)
+    created = [n for n, m in enumerate(matches) if m.reuse is None]
+    dup = rules.first_duplicate([rules.identity(bodies[n]) for n in created])
     if dup is not None:
         first, second = created[dup[0]], created[dup[1]]
         if sent is not None and second >= sent:
             first, second = second, first
         raise rules.same_content(additions[first][:2], additions[second][:2])
-    return targets
+    return matches
 
 
 async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[CardWrite],
-                       stored: dict[str, _Stored]) -> dict[str, uuid.UUID | None]:
+                       stored: dict[str, _Stored]) -> dict[str, rules.Match]:
     """The reuse rule at propose time, for the batch's additions by key: the batch's additions,
-    then the stored ones it does not re-send, must not repeat content among those that are not
-    reuses (a review could not create both).
+    then the stored ones it does not re-send, must not be the same card twice among those that
+    are not reuses (a review could not create both).
 
     :raises InvalidInput: as :func:`_reuse`, naming the proposal of the batch.
     """
@@ -114,8 +123,8 @@ async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[
         if isinstance(s.draft, Addition) and s.key not in batch_keys:
             where = f"stored proposal {s.key!r}"
             additions.append((where, s.key, rules.card_body(s.draft, None, None, where)))
-    targets = await _reuse(conn, additions, sent)
-    return dict(zip((key for _, key, _ in additions[:sent]), targets))
+    matches = await _reuse(conn, additions, sent)
+    return dict(zip((key for _, key, _ in additions[:sent]), matches))
 
 
 async def _edited_cards(conn: AsyncConnection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
@@ -174,7 +183,8 @@ class Workflow:
             new_keys: list[str] = []
             for i, (p, d, body) in enumerate(zip(req.proposals, drafts, bodies)):
                 request_digest = digest(p)
-                card_uuid, reuse_id = rules.edited_card(d), reuse.get(d.key)
+                match = reuse.get(d.key, rules.Match())
+                card_uuid, reuse_id = rules.edited_card(d), match.reuse
                 prior = stored.get(d.key)
                 state: Literal["new", "unchanged"] = "new"
                 if prior is not None:
@@ -195,7 +205,8 @@ class Workflow:
                 outcomes.append(ProposalOutcome(
                     key=d.key, kind=d.kind, family=body.family, action=rules.action(d, reuse_id),
                     card_id=card_id_str(shown) if shown else None,
-                    base_revision=_base_revision(d), stale=bool(stale), stored=state))
+                    base_revision=_base_revision(d), stale=bool(stale), stored=state,
+                    possible_duplicate=match.possible))
             total = await store.count_proposals(conn, session_id)
             if total > MAX_SESSION_PROPOSALS:
                 raise Conflict(f"a session holds at most {MAX_SESSION_PROPOSALS} proposals",
@@ -244,10 +255,11 @@ class Workflow:
                 additions = [(item, s.draft, body)
                              for item, s, body in zip(items, stored.values(), bodies)
                              if isinstance(s.draft, Addition) and body is not None]
-                targets = await store.same_content_cards(conn, [body for *_, body in additions])
-                for (item, d, _), reuse_id in zip(additions, targets):
-                    item.action = rules.action(d, reuse_id)
-                    item.card_id = card_id_str(reuse_id) if reuse_id else None
+                matches = await _matches(conn, [body for *_, body in additions])
+                for (item, d, _), m in zip(additions, matches):
+                    item.action = rules.action(d, m.reuse)
+                    item.card_id = card_id_str(m.reuse) if m.reuse else None
+                    item.possible_duplicate = m.possible
             else:
                 _show_review(items, receipt)
         counts = {"total": len(items),
@@ -255,6 +267,7 @@ class Workflow:
                   "reuse": sum(i.action == "reuse" for i in items),
                   "update": sum(i.action == "update" for i in items),
                   "stale": sum(i.stale for i in items),
+                  "possible_duplicates": sum(i.possible_duplicate is not None for i in items),
                   "with_problems": sum(bool(i.problems) for i in items)}
         return Summary(session_id=session_id, proposals=items, counts=counts, review=receipt)
 
@@ -345,8 +358,9 @@ class Workflow:
             body.revision = _base_revision(d)
             bodies.append(body)
         adds = [n for n, (_, d, _) in enumerate(selected) if isinstance(d, Addition)]
-        reuse = dict(zip(adds, await _reuse(conn, [(selected[n][0], selected[n][1].key,
-                                                    bodies[n]) for n in adds])))
+        matches = await _reuse(conn, [(selected[n][0], selected[n][1].key, bodies[n])
+                                      for n in adds])
+        reuse = {n: m.reuse for n, m in zip(adds, matches)}
         ids = {d.key: rules.edited_card(d) or reuse.get(n) or uuid.uuid4()
                for n, (_, d, _) in enumerate(selected)}
         # links by key name selected proposals only; they become card ids (a reused card is not
