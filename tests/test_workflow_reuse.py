@@ -167,3 +167,53 @@ async def test_concurrent_proposals_of_the_same_card_in_one_session_give_one_car
         assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
         assert env.scalar("SELECT count(*) FROM memory.cards") == 2  # the existing one + one
         assert env.scalar("SELECT count(*) FROM memory.cards WHERE scope = 'wholesale'") == 1
+
+
+async def test_the_reviewer_can_apply_a_possible_duplicate_as_an_update_of_that_card(make_env):
+    async with make_env() as env:
+        hm, hr, card = await _existing(env)
+        other = (await env.client.post(MEM, headers=hm, json={
+            "family": "sql_rule", "title": "Active", "content": {"rule": "status = 'Active'"}}
+        )).json()["card"]
+        wider = proposal(scope="retail and wholesale")
+        wider.pop("concepts")  # left out: the card's concepts stay
+        r = await env.client.post(f"{SESSION}/s/proposals", headers=hr, json={"proposals": [
+            wider, {"key": "u", "kind": "update", "card_id": other["id"], "revision": 1,
+                    "title": "Active status", "decisions": APPROVED}]})
+        assert r.status_code == 201, r.text
+        duplicate = r.json()["proposals"][0]["possible_duplicate"]
+        assert duplicate["card_id"] == card["id"]
+        assert duplicate["differs"] == ["scope", "concepts"]
+        # refused, writing nothing: a stale revision, an unknown card, a card of another family,
+        # an update proposal (it names its card already)
+        target = {"card_id": card["id"], "revision": duplicate["revision"]}
+        nowhere = "mem-00000000-0000-4000-8000-000000000000"
+        for n, (status, key, target_card, words) in enumerate([
+                (409, "p", {**target, "revision": 2}, "at revision 1"),
+                (422, "p", {**target, "card_id": nowhere}, "not a card of this workspace"),
+                (422, "p", {**target, "card_id": other["id"]}, "family cannot change"),
+                (422, "u", target, "names its card already")]):
+            r = await env.client.post(f"{SESSION}/s/review", headers=hr, json={
+                "review_id": f"rv-bad-{n}", "selected": [{"key": key,
+                                                         "as_update_of": target_card}]})
+            assert r.status_code == status, r.text
+            assert r.json()["item"] == key and words in r.json()["detail"], r.text
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+        # the reviewer answers the possible duplicate: update that card (with an edit)
+        r = await env.client.post(f"{SESSION}/s/review", headers=hr, json={
+            "review_id": "rv", "selected": [{"key": "p", "as_update_of": target,
+                                             "edits": {"title": "Active customers by country"}}]})
+        assert r.status_code == 200, r.text
+        receipt = r.json()
+        assert receipt["items"] == [{
+            "key": "p", "kind": "addition", "action": "updated", "card_id": card["id"],
+            "revision": 2, "family": "solved_question", "title": "Active customers by country"}]
+        assert receipt["declined"] == ["u"] and len(receipt["projection"]) == 1
+        updated = (await env.client.get(f"{MEM}/{card['id']}", headers=hm)).json()["card"]
+        assert (updated["scope"], updated["concepts"], updated["origin"]) == (
+            "retail and wholesale", card["concepts"], "manual")
+        assert (await env.client.get(MEM, headers=hm)).json()["total"] == 2
+        summary = (await env.client.get(f"{SESSION}/s/summary", headers=hr)).json()
+        assert {i["key"]: (i["reviewed"], i["action"], i["card_id"]) for i in
+                summary["proposals"]} == {"p": ("updated", "update", card["id"]),
+                                          "u": ("declined", "update", other["id"])}

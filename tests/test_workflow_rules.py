@@ -12,7 +12,7 @@ import pytest
 from shared.errors import InvalidInput
 from shared.models import Card, CardWrite, Dependency, Link, LinkIn, card_id_str
 from shared.workflow import rules
-from shared.workflow.requests import Proposal, ReviewEdits, ReviewRequest
+from shared.workflow.requests import CardRevision, Proposal, ReviewEdits, ReviewRequest
 from shared.workflow.rules import Addition, Update
 
 APPROVED = [{"id": " d-1 ", "status": "Approved"}, {"id": "d-2", "status": "rejected"}]
@@ -351,3 +351,35 @@ def test_an_update_is_stale_when_its_card_moved_on_or_was_deleted():
     assert rules.stale_reason(d, None) == (
         f"card {card_id_str(CARD)} was deleted since the proposal was drafted")
     assert rules.stale_reason(rules.draft(addition(), "p"), None) is None
+
+
+# ---- a reviewer applies an addition to an existing card ----
+
+def test_an_addition_applied_to_an_existing_card_is_an_update_of_the_fields_it_gives():
+    p = addition(scope="retail", concepts=["revenue"])
+    d = rules.as_update(p, rules.draft(p, "p"), CardRevision(card_id_str(CARD), 3), "selected[0]")
+    assert d == Update(key="k", decision_ids=["d-1"], card_id=CARD, revision=3,
+                       family="sql_rule", title="Net revenue",
+                       content={"rule": "Exclude cancelled orders."}, scope="retail",
+                       concepts=["revenue"])
+    # fields the proposal left out keep the card's values
+    body = rules.card_body(d, card(dependencies=[Dependency("shop", "public", "orders")]), None,
+                           "selected[0]")
+    assert (body.scope, body.dependencies) == ("retail", [Dependency("shop", "public", "orders")])
+    assert rules.stale_reason(d, card(revision=4)) is not None
+
+
+def test_only_an_addition_can_be_applied_to_an_existing_card():
+    target = CardRevision(card_id_str(CARD), 3)
+    exc = refusal(rules.as_update, update(title="t"), rules.draft(update(title="t"), "p"), target,
+                  "selected[0]")
+    assert exc.extra["field"] == "selected[0].as_update_of" and "names its card" in exc.message
+    exc = refusal(rules.as_update, addition(), rules.draft(addition(), "p"),
+                  CardRevision("orders", 3), "selected[0]")
+    assert exc.extra["field"] == "selected[0].as_update_of.card_id"
+    d = rules.as_update(addition(), rules.draft(addition(), "p"), target, "selected[0]")
+    exc = refusal(rules.target_card, d, {}, "selected[0]", "as_update_of.card_id")
+    assert exc.extra["field"] == "selected[0].as_update_of.card_id"
+    exc = refusal(rules.target_card, d, {CARD: card(family="domain_clarification")},
+                  "selected[0]", "as_update_of.card_id")
+    assert "family cannot change" in exc.message

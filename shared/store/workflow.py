@@ -1,4 +1,4 @@
-"""The workflow's reads and writes (DESIGN §6): session proposals, review receipts, reuse candidates.
+"""The workflow's reads and writes (DESIGN §6): proposals, review receipts, the reuse candidates.
 
 Also the look-ups of review and solved-index: which link targets exist, re-queued operations.
 

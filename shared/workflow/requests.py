@@ -91,11 +91,22 @@ class ReviewEdits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     links: Annotated[list[ProposalLink], Meta(max_length=MAX_LINKS)] | None = None
 
 
+class CardRevision(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A card (``mem-<uuid>``) at the revision the reviewer saw (e.g. a possible duplicate)."""
+
+    card_id: CardRef
+    revision: Annotated[int, Meta(ge=1)]
+
+
 class ReviewSelection(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """One selected proposal (by key) with the reviewer's optional edits."""
+    """One selected proposal (by key) with the reviewer's optional edits. ``as_update_of``
+    applies an addition to an existing card of its family instead of creating one (the reviewer's
+    answer to a possible duplicate): the fields the proposal gives (and the edits) replace the
+    card's, the others keep theirs, as for an update proposal drafted against that revision."""
 
     key: Key
     edits: ReviewEdits | None = None
+    as_update_of: CardRevision | None = None
 
 
 class ReviewRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -20,8 +20,8 @@ import msgspec
 from shared.errors import ArchiveError, InvalidInput
 from shared.models import (FAMILY_FIELDS, Card, CardWrite, Dependency, LinkIn, card_id_str,
                            parse_card_id, reject_nul, validate_card_write)
-from shared.workflow.requests import (CardPreview, FieldChange, PossibleDuplicate, Proposal,
-                                      ProposalLink, ReviewEdits, ReviewRequest)
+from shared.workflow.requests import (CardPreview, CardRevision, FieldChange, PossibleDuplicate,
+                                      Proposal, ProposalLink, ReviewEdits, ReviewRequest)
 
 #: When an addition reuses an existing card instead of creating one (DESIGN §6): it is the same
 #: card, field by field (:func:`identity`): same family; every content field equal up to
@@ -313,16 +313,46 @@ def proposal_body(d: Draft, cards: dict[uuid.UUID, Card], where: str) -> CardWri
     :raises InvalidInput: an update of a card that is not in ``cards`` (not in this workspace),
         or one that names another family than the card's; or as :func:`card_body`.
     """
-    card = None
-    if isinstance(d, Update):
-        card = cards.get(d.card_id)
-        if card is None:
-            raise _refused(where, d.key, f"{card_id_str(d.card_id)} is not a card of this "
-                           "workspace", "card_id")
-        if d.family is not None and d.family != card.family:
-            raise _refused(where, d.key, f"a card's family cannot change ({card.family} -> "
-                           f"{d.family})", "family")
+    card = target_card(d, cards, where, "card_id") if isinstance(d, Update) else None
     return card_body(d, card, None, where)
+
+
+def target_card(d: Update, cards: dict[uuid.UUID, Card], where: str, field: str) -> Card:
+    """The card update ``d`` edits, among the current ``cards`` (by id).
+
+    :raises InvalidInput: it is not in ``cards`` (not in this workspace), or ``d`` names another
+        family than the card's (``field`` names the card id's field).
+    """
+    card = cards.get(d.card_id)
+    if card is None:
+        raise _refused(where, d.key, f"{card_id_str(d.card_id)} is not a card of this "
+                       "workspace", field)
+    if d.family is not None and d.family != card.family:
+        raise _refused(where, d.key, f"a card's family cannot change ({card.family} -> "
+                       f"{d.family})", "family")
+    return card
+
+
+def as_update(p: Proposal, d: Draft, target: CardRevision, where: str) -> Update:
+    """The update a reviewer makes of addition ``d`` (stored as ``p``) by applying it to an
+    existing card (``as_update_of``: typically its possible duplicate): the fields the proposal
+    gives replace the card's, those it leaves out keep theirs, drafted against ``target``'s
+    revision (so a card changed since the reviewer saw it makes it stale).
+
+    :raises InvalidInput: ``d`` is an update (it names its card already), or the card id is not
+        a ``mem-`` id (``field``: ``<where>.as_update_of``).
+    """
+    if not isinstance(d, Addition):
+        raise _refused(where, d.key, "as_update_of applies an addition to an existing card; an "
+                       "update proposal names its card already", "as_update_of")
+    card_id = parse_card_id(target.card_id)
+    if card_id is None:
+        raise _refused(where, d.key, "as_update_of.card_id is a card id (mem-<uuid>)",
+                       "as_update_of.card_id")
+    return Update(key=d.key, decision_ids=d.decision_ids, card_id=card_id,
+                  revision=target.revision, family=d.family, title=d.title,
+                  content=dict(d.content), scope=p.scope, concepts=p.concepts,
+                  dependencies=p.dependencies, links=p.links)
 
 
 # ---- link targets ----

@@ -283,15 +283,19 @@ class Workflow:
         session and its approved decision ids) are inserted, then updates applied (keeping the
         card's id, origin and source), then links resolved (between new cards of the review too),
         then one projection operation per written card and the receipt. An addition whose final
-        content is identical to an existing card's reuses that card (no write). Operations are
+        body (with the edits) is the same card as an existing one reuses that card (no write);
+        ``as_update_of`` applies an addition to an existing card as an update. Operations are
         enqueued after commit. A repeated ``review_id`` returns the stored receipt
         (``replayed``) and writes nothing, whatever happened to the cards since.
 
         :raises InvalidInput: unknown or duplicate key, a link to a card not in this workspace
-            or to an unselected proposal, an edit of the approved SQL, invalid edits, duplicate
-            content; nothing selected without ``decline_all`` (the item is named).
-        :raises StaleRevision: an update's card moved past (or was deleted after) the revision
-            the proposal was drafted against (``item`` names it); nothing is written.
+            or to an unselected proposal, an edit of the approved SQL, invalid edits, the same
+            card twice; ``as_update_of`` on an update, or naming a card that is not in this
+            workspace or of another family; nothing selected without ``decline_all`` (the item
+            is named).
+        :raises StaleRevision: an update's card (or an ``as_update_of`` card) moved past (or was
+            deleted after) the revision it was drafted against (``item`` names it); nothing is
+            written.
         :raises Conflict: the review id was used for another session or another request; the
             session was already reviewed under another review id.
         :raises NotFound: no proposals in the session. :raises Forbidden: principal.
@@ -343,13 +347,21 @@ class Workflow:
                      session_id: str, selection: list[ReviewSelection],
                      stored: dict[str, _Stored],
                      ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry]]:
-        selected = [(f"selected[{i}]", stored[sel.key].draft, sel) for i, sel in
-                    enumerate(selection)]
+        selected: list[tuple[str, Draft, ReviewSelection]] = []
+        for i, sel in enumerate(selection):
+            where, s = f"selected[{i}]", stored[sel.key]
+            if sel.as_update_of is None:
+                selected.append((where, s.draft, sel))
+            else:  # the reviewer applies an addition to an existing card
+                selected.append((where, rules.as_update(s.proposal, s.draft, sel.as_update_of,
+                                                        where), sel))
         cards = await _edited_cards(conn, (d for _, d, _ in selected))
         # 1. validate every item against the current state before writing anything
         bodies: list[CardWrite] = []
         for where, d, sel in selected:
             card = cards.get(d.card_id) if isinstance(d, Update) else None
+            if isinstance(d, Update) and sel.as_update_of is not None:
+                card = rules.target_card(d, cards, where, "as_update_of.card_id")
             if isinstance(d, Update) and (reason := rules.stale_reason(d, card)) is not None:
                 raise StaleRevision(f"{where} (key {d.key!r}): {reason}", item=d.key,
                                     card_id=card_id_str(d.card_id),
@@ -406,7 +418,8 @@ class Workflow:
                                           "revision": revision})
             else:
                 revision = (await card_store.get(conn, cid)).revision
-            items.append(ReviewedItem(key=d.key, kind=d.kind, action=rules.DONE[action],
+            items.append(ReviewedItem(key=d.key, kind=stored[d.key].draft.kind,
+                                      action=rules.DONE[action],
                                       card_id=card_id_str(cid), revision=revision,
                                       family=bodies[n].family, title=bodies[n].title))
         return items, op_ids, projection
