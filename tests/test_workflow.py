@@ -103,10 +103,10 @@ async def _session_1(env, *, propose: bool = True, review: bool = False) -> Sess
     proposals = [
         active_def(),
         solved(),
-        # identical to the churn card up to case and whitespace: a reuse, not a duplicate
+        # the churn card again up to whitespace (and its title): a reuse, not a duplicate
         {"key": "churn-again", "family": "domain_clarification", "title": "Churn",
-         "content": {"definition": "  a CUSTOMER with no purchase\n in the last   90 days. "},
-         "decisions": APPROVED},
+         "content": {"definition": "  A customer with no purchase\n in the last   90 days. "},
+         "concepts": ["churn"], "decisions": APPROVED},
         # an update of a manual card, drafted against revision 1, linking to a new proposal
         {"key": "rev-upd", "kind": "update", "card_id": revenue["id"], "revision": 1,
          "content": {"rule": "Exclude cancelled and refunded orders before summing amount."},
@@ -143,7 +143,7 @@ async def test_the_summary_shows_each_proposed_card_and_the_changes_of_an_update
         summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hr)).json()
         items = {i["key"]: i for i in summary["proposals"]}
         assert summary["counts"] == {"total": 4, "create": 2, "reuse": 1, "update": 1,
-                                     "stale": 0, "with_problems": 0}
+                                     "stale": 0, "possible_duplicates": 0, "with_problems": 0}
         assert items["active"]["card"]["title"] == "Active customer"
         assert items["active"]["rationale"] == "The analyst defined it in the session."
         assert items["q1"]["card"]["links"] == [{"target": "active", "meaning": "uses the definition"}]
@@ -488,9 +488,9 @@ REFUSED_PROPOSALS = {
                           "neither a card id nor the key", None),
     "a duplicate key": ([active_def(), active_def(title="Same again")], None, "duplicate key",
                         None),
-    "the same content twice": ([active_def(), active_def(key="active2", content={
-        "definition": "a customer WITH a purchase in the last 30 days."})], "active2",
-        "same family and content", None),
+    "the same card twice": ([active_def(), active_def(key="active2", title="Active", content={
+        "definition": "A customer  with a purchase\nin the last 30 days."})], "active2",
+        "the same card as proposals[0] (key 'active')", "proposals[1].content"),
 }
 
 
@@ -621,12 +621,12 @@ async def test_updates_keep_identity_origin_and_workflow_source(make_env):
         assert card["id"] == cid and card["revision"] == 2 and card["origin"] == "workflow"
         assert card["source"] == {"session_id": "s-a", "decision_ids": ["d-1"]}
         assert card["title"] == "Active customer (28 days)" and card["scope"] == "retail"
-        # an addition whose (edited) content matches an existing card reuses it at review time
+        # an addition that the reviewer's edits make the same card as an existing one reuses it
         await _propose(env, hr, "s-c", [active_def(key="again", content={
             "definition": "A customer with a purchase in the last 14 days."})])
         receipt = (await _review(env, hr, "s-c", {"review_id": "rv-c", "selected": [
-            {"key": "again", "edits": {"content": {
-                "definition": "a customer with a purchase in the LAST 28 days."}}}]})).json()
+            {"key": "again", "edits": {"scope": "retail", "content": {
+                "definition": "A customer with a purchase in the  last 28 days."}}}]})).json()
         assert receipt["items"][0]["action"] == "reused" and receipt["items"][0]["card_id"] == cid
         assert receipt["projection"] == []
         assert env.scalar("SELECT count(*) FROM memory.cards") == 1

@@ -12,7 +12,7 @@ import pytest
 from shared.errors import InvalidInput
 from shared.models import Card, CardWrite, Dependency, Link, LinkIn, card_id_str
 from shared.workflow import rules
-from shared.workflow.requests import Proposal, ReviewEdits, ReviewRequest
+from shared.workflow.requests import CardRevision, Proposal, ReviewEdits, ReviewRequest
 from shared.workflow.rules import Addition, Update
 
 APPROVED = [{"id": " d-1 ", "status": "Approved"}, {"id": "d-2", "status": "rejected"}]
@@ -234,14 +234,111 @@ def test_an_addition_with_the_content_of_an_existing_card_reuses_it():
     assert rules.DONE == {"create": "created", "reuse": "reused", "update": "updated"}
 
 
-def test_two_new_cards_with_the_same_family_and_content_are_refused():
-    created = [("sql_rule", '{"rule":"a"}'), ("sql_rule", '{"rule":"b"}'),
-               ("domain_clarification", '{"rule":"a"}'), ("sql_rule", '{"rule":"a"}')]
+def test_two_new_cards_that_are_the_same_card_are_refused():
+    created = [("sql_rule", "a"), ("sql_rule", "b"), ("domain_clarification", "a"),
+               ("sql_rule", "a")]
     assert rules.first_duplicate(created) == (0, 3)
     assert rules.first_duplicate(created[:3]) is None
     exc = rules.same_content(("proposals[0]", "a"), ("stored proposal 'b'", "b"))
-    assert exc.message == ("stored proposal 'b' (key 'b'): same family and content as "
-                           "proposals[0] (key 'a')")
+    assert exc.message == ("stored proposal 'b' (key 'b'): the same card as proposals[0] "
+                           "(key 'a'): same family, content, scope, concepts and dependencies")
+
+
+@pytest.mark.parametrize("text, same_as", [
+    ("  Exclude   cancelled\n\torders. ", "Exclude cancelled orders."),  # ends and runs
+    ("Use status = 'Active  '  only", "Use status = 'Active  ' only"),  # a quoted literal
+    ("the customer's   orders", "the customer's orders"),  # an apostrophe opens nothing
+    ("Use `a  b`   here", "Use `a  b` here"),  # a code span
+])
+def test_prose_is_compared_up_to_whitespace_runs_outside_literals_and_code(text, same_as):
+    assert rules.normalised_text(text) == same_as
+
+
+@pytest.mark.parametrize("sql, same_as", [
+    ("SELECT  a,\n  b\tFROM t ", "SELECT a, b FROM t"),
+    ("SELECT 1 WHERE s = 'Ac  tive'", "SELECT 1 WHERE s = 'Ac  tive'"),
+    ("SELECT \"Order  Id\"  FROM t", "SELECT \"Order  Id\" FROM t"),
+    ("SELECT E'it\\'s  x'  AS y", "SELECT E'it\\'s  x' AS y"),
+    ("SELECT $q$ a  b $q$  AS y", "SELECT $q$ a  b $q$ AS y"),
+    ("SELECT 1 -- note  here\n   FROM t", "SELECT 1 -- note  here\nFROM t"),
+    ("SELECT 1 /* a  b */  FROM t", "SELECT 1 /* a  b */ FROM t"),
+    ("SELECT 'it''s  x'  AS y", "SELECT 'it''s  x' AS y"),
+])
+def test_sql_is_compared_as_written_but_for_whitespace_between_tokens(sql, same_as):
+    assert rules.normalised_text(sql, sql=True) == same_as
+
+
+def test_case_is_never_folded_in_sql_or_prose():
+    assert rules.normalised_text("WHERE s = 'Active'", sql=True) != rules.normalised_text(
+        "WHERE s = 'active'", sql=True)
+    assert rules.normalised_text("select 1", sql=True) != rules.normalised_text("SELECT 1",
+                                                                              sql=True)
+    assert rules.normalised_text("A customer") != rules.normalised_text("a customer")
+
+
+def test_a_line_comment_keeps_the_newline_that_ends_it():
+    assert rules.normalised_text("SELECT 1 -- c\nFROM t", sql=True) != rules.normalised_text(
+        "SELECT 1 -- c FROM t", sql=True)
+
+
+def solved_body(**fields) -> CardWrite:
+    return CardWrite(**{"family": "solved_question", "title": "Active customers",
+                        "content": {"question": "How many active customers?",
+                                    "sql": "SELECT count(*) FROM c WHERE s = 'Active'"},
+                        "scope": "retail", "concepts": ["active", "customer"],
+                        "dependencies": [Dependency("shop", "public", "c")], **fields})
+
+
+def solved_card(cid: uuid.UUID = OTHER, **fields) -> Card:
+    body = solved_body()
+    values = {"id": card_id_str(cid), "workspace": "acme", "family": body.family,
+              "title": body.title, "scope": body.scope, "origin": "manual", "source": None,
+              "concepts": body.concepts, "dependencies": body.dependencies, "links": [],
+              "content": body.content, "revision": 2, "created_at": NOW, "updated_at": NOW,
+              **fields}
+    return Card(**values)
+
+
+def test_only_the_same_card_is_reused():
+    # same card: whitespace in prose and between SQL tokens, concept and dependency order, title
+    same = solved_body(title="Another title", concepts=["customer", "active"],
+                       content={"question": "How  many active\n customers?",
+                                "sql": "SELECT count(*)\n  FROM c WHERE s = 'Active'"})
+    assert rules.differences(same, solved_card()) == []
+    assert rules.match(same, [solved_card()]) == rules.Match(reuse=OTHER)
+    # the oldest same card is reused, even after a closer-looking possible duplicate
+    assert rules.match(same, [solved_card(CARD, scope=None), solved_card()]).reuse == OTHER
+
+
+@pytest.mark.parametrize("fields, differs", [
+    ({"scope": "wholesale"}, ["scope"]),
+    ({"scope": None}, ["scope"]),
+    ({"concepts": ["active"]}, ["concepts"]),
+    ({"dependencies": [Dependency("shop", "public", "orders")]}, ["dependencies"]),
+    ({"content": {"question": "How many active customers?",
+                  "sql": "SELECT count(*) FROM c WHERE s = 'active'"}}, ["content"]),
+    ({"content": {"question": "How many active customers?",
+                  "sql": "SELECT count(*) FROM c WHERE s = 'Active '"}}, ["content"]),
+    ({"content": {"question": "How many ACTIVE customers?",
+                  "sql": "SELECT count(*) FROM c WHERE s = 'Active'"}, "scope": "x"},
+     ["content", "scope"]),
+])
+def test_a_card_that_differs_is_a_possible_duplicate_never_a_reuse(fields, differs):
+    body = solved_body(**fields)
+    assert rules.differences(body, solved_card()) == differs
+    m = rules.match(body, [solved_card()])
+    assert m.reuse is None and m.possible is not None
+    assert (m.possible.card_id, m.possible.revision, m.possible.differs) == (
+        card_id_str(OTHER), 2, differs)
+
+
+def test_the_possible_duplicate_shown_is_the_closest_then_the_oldest():
+    body = solved_body(scope=None)
+    far = solved_card(CARD, concepts=[], dependencies=[])  # differs in three fields
+    near = solved_card(OTHER)  # differs in scope only
+    assert rules.match(body, [far, near]).possible.card_id == card_id_str(OTHER)
+    assert rules.match(body, [near, solved_card(CARD)]).possible.card_id == card_id_str(OTHER)
+    assert rules.match(body, []) == rules.Match()
 
 
 # ---- staleness of an update ----
@@ -254,3 +351,35 @@ def test_an_update_is_stale_when_its_card_moved_on_or_was_deleted():
     assert rules.stale_reason(d, None) == (
         f"card {card_id_str(CARD)} was deleted since the proposal was drafted")
     assert rules.stale_reason(rules.draft(addition(), "p"), None) is None
+
+
+# ---- a reviewer applies an addition to an existing card ----
+
+def test_an_addition_applied_to_an_existing_card_is_an_update_of_the_fields_it_gives():
+    p = addition(scope="retail", concepts=["revenue"])
+    d = rules.as_update(p, rules.draft(p, "p"), CardRevision(card_id_str(CARD), 3), "selected[0]")
+    assert d == Update(key="k", decision_ids=["d-1"], card_id=CARD, revision=3,
+                       family="sql_rule", title="Net revenue",
+                       content={"rule": "Exclude cancelled orders."}, scope="retail",
+                       concepts=["revenue"])
+    # fields the proposal left out keep the card's values
+    body = rules.card_body(d, card(dependencies=[Dependency("shop", "public", "orders")]), None,
+                           "selected[0]")
+    assert (body.scope, body.dependencies) == ("retail", [Dependency("shop", "public", "orders")])
+    assert rules.stale_reason(d, card(revision=4)) is not None
+
+
+def test_only_an_addition_can_be_applied_to_an_existing_card():
+    target = CardRevision(card_id_str(CARD), 3)
+    exc = refusal(rules.as_update, update(title="t"), rules.draft(update(title="t"), "p"), target,
+                  "selected[0]")
+    assert exc.extra["field"] == "selected[0].as_update_of" and "names its card" in exc.message
+    exc = refusal(rules.as_update, addition(), rules.draft(addition(), "p"),
+                  CardRevision("orders", 3), "selected[0]")
+    assert exc.extra["field"] == "selected[0].as_update_of.card_id"
+    d = rules.as_update(addition(), rules.draft(addition(), "p"), target, "selected[0]")
+    exc = refusal(rules.target_card, d, {}, "selected[0]", "as_update_of.card_id")
+    assert exc.extra["field"] == "selected[0].as_update_of.card_id"
+    exc = refusal(rules.target_card, d, {CARD: card(family="domain_clarification")},
+                  "selected[0]", "as_update_of.card_id")
+    assert "family cannot change" in exc.message

@@ -66,10 +66,13 @@ class SessionController(Controller):
         """Validate and store a batch ``{proposals: [{key, kind (addition|update), decisions:
         [{id, status}], family, title, content, scope, concepts, dependencies, links: [{target:
         mem-id or key, meaning}], rationale, card_id + revision (updates)}]}``. 201 with each
-        proposal's ``action`` (create, reuse of an identical card, update), ``stale`` and
-        ``stored`` (new, or unchanged for an identical re-send). Errors: 422 no approved
-        decision, no reusable content, invalid field or link (``item`` names the proposal);
-        409 session already reviewed or key reused with other content; 401, 403, 404."""
+        proposal's ``action`` (create, reuse of the same card, update), ``stale``, ``stored``
+        (new, or unchanged for an identical re-send) and ``possible_duplicate`` (an existing
+        card with loosely matching content that is not the same card: ``{card_id, revision,
+        title, differs}``). Errors: 422 no approved decision, no reusable content, invalid field
+        or link, the same card as another proposal of the session (``item`` names the
+        proposal); 409 session already reviewed or key reused with other content; 401, 403,
+        404."""
         return await workflow.propose(principal, workspace_id, session_id, data)
 
     @get("/summary", responses=PROBLEM_RESPONSES, summary="Reviewable summary of a session")
@@ -77,8 +80,9 @@ class SessionController(Controller):
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId]) -> Summary:
         """Every proposal with what it would create, reuse or change (``changes``: a field diff
-        ``{field: {before, after}}`` against the card now), ``stale`` updates and ``problems``;
-        ``counts``; the ``review`` receipt once reviewed. Errors: 404 no proposals, 401, 403."""
+        ``{field: {before, after}}`` against the card now), ``stale`` updates, ``problems`` and
+        ``possible_duplicate``; ``counts``; the ``review`` receipt once reviewed. Errors: 404 no
+        proposals, 401, 403."""
         return await workflow.summary(principal, workspace_id, session_id)
 
     @post("/review", responses=PROBLEM_RESPONSES,
@@ -89,7 +93,8 @@ class SessionController(Controller):
                      session_id: FromPath[SessionId],
                      data: JSONBody[ReviewRequest]) -> Response[ReviewReceipt]:
         """Body ``{review_id, selected: [{key, edits?: {title, content, scope, concepts,
-        dependencies, links}}], note?}`` or ``{review_id, decline_all: true}``. One transaction;
+        dependencies, links}, as_update_of?: {card_id, revision}}], note?}`` or ``{review_id,
+        decline_all: true}`` (``as_update_of`` applies an addition to that card). One transaction;
         answers the durable receipt ``{review_id, session_id, outcome, items: [{key, action
         (created|updated|reused), card_id, revision}], declined, projection}``. The same
         ``review_id`` again answers the same receipt and writes nothing (header

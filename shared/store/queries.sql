@@ -423,19 +423,15 @@ INSERT INTO session_proposals (workspace_id, session_id, key, kind, family, card
 VALUES (%(workspace)s, %(session_id)s, %(key)s, %(kind)s, %(family)s, %(card_id)s,
         %(base_revision)s, %(reuse_card_id)s, %(proposal)s, %(digest)s, %(actor)s);
 
--- name: wf_normalized_contents
--- Normalised form of each content object in %(contents)s, in order (see normalized_content()).
-SELECT u.i, normalized_content(u.c) AS norm
-FROM unnest(%(contents)s::jsonb[]) WITH ORDINALITY AS u(c, i)
-ORDER BY u.i;
-
--- name: wf_cards_same_content
--- For each (family, content) pair given (1-based ordinal i), the oldest card of that family whose
--- normalised content equals it; pairs without such a card are absent. One pass over the cards.
+-- name: wf_cards_loose_content
+-- For each (family, content) pair given (1-based ordinal i), every card of that family whose
+-- normalised content (normalized_content(): whitespace collapsed, lower-cased) equals it, oldest
+-- first: the candidates of the reuse rule (shared/workflow/rules.py decides which is the same
+-- card, and which only a possible duplicate). One pass over the cards.
 WITH wanted AS (
     SELECT u.i, u.f, normalized_content(u.c) AS norm
     FROM unnest(%(families)s::text[], %(contents)s::jsonb[]) WITH ORDINALITY AS u(f, c, i))
-SELECT DISTINCT ON (w.i) w.i, c.id
+SELECT w.i, c.id
 FROM wanted w
 JOIN cards c ON c.family = w.f AND normalized_content(c.content) = w.norm
 ORDER BY w.i, c.created_at, c.id;

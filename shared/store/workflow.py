@@ -1,4 +1,4 @@
-"""The workflow's reads and writes (DESIGN §6): session proposals, review receipts, reuse matches.
+"""The workflow's reads and writes (DESIGN §6): proposals, review receipts, the reuse candidates.
 
 Also the look-ups of review and solved-index: which link targets exist, re-queued operations.
 
@@ -73,27 +73,19 @@ async def insert_proposal(conn: AsyncConnection, workspace_id: str, session_id: 
         "actor": actor})
 
 
-async def same_content_cards(conn: AsyncConnection,
-                             bodies: Sequence[CardWrite]) -> list[uuid.UUID | None]:
-    """For each body, the oldest existing card with its family and normalised content
-    (``normalized_content()``, migration 003), or None: the card an addition reuses."""
+async def loose_content_cards(conn: AsyncConnection,
+                              bodies: Sequence[CardWrite]) -> list[list[uuid.UUID]]:
+    """For each body, the existing cards of its family whose content matches it loosely
+    (``normalized_content()``, migration 003: whitespace collapsed, lower-cased), oldest first:
+    the candidates among which the reuse rule finds the same card or a possible duplicate."""
+    found: list[list[uuid.UUID]] = [[] for _ in bodies]
     if not bodies:
-        return []
-    cur = await conn.execute(Q.wf_cards_same_content, {
+        return found
+    cur = await conn.execute(Q.wf_cards_loose_content, {
         "families": [b.family for b in bodies], "contents": [Jsonb(b.content) for b in bodies]})
-    found = {row["i"]: row["id"] for row in await cur.fetchall()}
-    return [found.get(i) for i in range(1, len(bodies) + 1)]
-
-
-async def normalised_contents(conn: AsyncConnection, bodies: Sequence[CardWrite]) -> list[str]:
-    """The normalised content of each body as canonical JSON text (sorted keys), in order: equal
-    texts are the same content (``normalized_content()``, migration 003)."""
-    if not bodies:
-        return []
-    cur = await conn.execute(Q.wf_normalized_contents,
-                             {"contents": [Jsonb(b.content) for b in bodies]})
-    return [msgspec.json.encode(row["norm"], order="sorted").decode()
-            for row in await cur.fetchall()]
+    for row in await cur.fetchall():
+        found[row["i"] - 1].append(row["id"])
+    return found
 
 
 async def receipt(conn: AsyncConnection, review_id: str) -> StoredReceipt | None:

@@ -91,11 +91,22 @@ class ReviewEdits(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True
     links: Annotated[list[ProposalLink], Meta(max_length=MAX_LINKS)] | None = None
 
 
+class CardRevision(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A card (``mem-<uuid>``) at the revision the reviewer saw (e.g. a possible duplicate)."""
+
+    card_id: CardRef
+    revision: Annotated[int, Meta(ge=1)]
+
+
 class ReviewSelection(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """One selected proposal (by key) with the reviewer's optional edits."""
+    """One selected proposal (by key) with the reviewer's optional edits. ``as_update_of``
+    applies an addition to an existing card of its family instead of creating one (the reviewer's
+    answer to a possible duplicate): the fields the proposal gives (and the edits) replace the
+    card's, the others keep theirs, as for an update proposal drafted against that revision."""
 
     key: Key
     edits: ReviewEdits | None = None
+    as_update_of: CardRevision | None = None
 
 
 class ReviewRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -110,10 +121,24 @@ class ReviewRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
 
 # ---- response structs ----
 
+class PossibleDuplicate(msgspec.Struct):
+    """An existing card whose content matches an addition's loosely (whitespace and case aside)
+    but which is not the same card: ``differs`` names the fields that differ (``content``, when
+    only case, SQL literals or whitespace inside them differ; ``scope``, ``concepts``,
+    ``dependencies``). The reviewer decides: add it anyway, apply it as an update of this card
+    (``as_update_of`` in the review), or decline it; it is never reused silently."""
+
+    card_id: str
+    revision: int
+    title: str
+    differs: list[str]
+
+
 class ProposalOutcome(msgspec.Struct):
     """How one proposal of a batch was stored: ``action`` is what a review would do now
-    (``create``, ``reuse`` of an identical card, ``update``); ``stored`` is ``new``, or
-    ``unchanged`` for an identical re-send of a key already stored."""
+    (``create``, ``reuse`` of the same card, ``update``); ``stored`` is ``new``, or
+    ``unchanged`` for an identical re-send of a key already stored. ``possible_duplicate``: for
+    an addition that creates, an existing card with loosely matching content."""
 
     key: str
     kind: str
@@ -123,6 +148,7 @@ class ProposalOutcome(msgspec.Struct):
     base_revision: int | None
     stale: bool
     stored: Literal["new", "unchanged"]
+    possible_duplicate: PossibleDuplicate | None = None
 
 
 class ProposeResult(msgspec.Struct):
@@ -155,7 +181,9 @@ class CardPreview(msgspec.Struct):
 class SummaryItem(msgspec.Struct):
     """One proposal in the reviewable summary.
 
-    ``action``: ``create``, ``reuse`` (an identical card exists: ``card_id``) or ``update``.
+    ``action``: ``create``, ``reuse`` (the same card exists: ``card_id``) or ``update``.
+    ``possible_duplicate``: for an addition that would create a card, an existing card whose
+    content matches loosely but which differs in the fields it names (the reviewer decides).
     ``card``: the card as the proposal would write it (for ``reuse``, the proposal's content).
     ``changes``: for updates, a field diff against the card's current state
     (``{"title": {before, after}, "content.rule": {...}, "concepts": {...}, ...}``, changed
@@ -178,6 +206,7 @@ class SummaryItem(msgspec.Struct):
     problems: list[str]
     #: once the session is reviewed: what the review did with it (from the receipt)
     reviewed: Literal["created", "updated", "reused", "declined"] | None = None
+    possible_duplicate: PossibleDuplicate | None = None
 
 
 class ReviewedItem(msgspec.Struct):

@@ -10,8 +10,9 @@ it to these functions; every rule is written once here and used by propose, summ
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import msgspec
@@ -19,14 +20,26 @@ import msgspec
 from shared.errors import ArchiveError, InvalidInput
 from shared.models import (FAMILY_FIELDS, Card, CardWrite, Dependency, LinkIn, card_id_str,
                            parse_card_id, reject_nul, validate_card_write)
-from shared.workflow.requests import (CardPreview, FieldChange, Proposal, ProposalLink,
-                                      ReviewEdits, ReviewRequest)
+from shared.workflow.requests import (CardPreview, CardRevision, FieldChange, PossibleDuplicate,
+                                      Proposal, ProposalLink, ReviewEdits, ReviewRequest)
 
-#: How "identical content" is decided (DESIGN §6): same family, and every content field equal
-#: after collapsing whitespace runs to one space, trimming and lower-casing (PostgreSQL
-#: ``lower()``; empty fields are ignored). Implemented once, in SQL (``normalized_content()``,
-#: migration 003), and applied to both sides of every comparison.
-NORMALISATION = "whitespace collapsed, trimmed, lower-cased; per content field; same family"
+#: When an addition reuses an existing card instead of creating one (DESIGN §6): it is the same
+#: card, field by field (:func:`identity`): same family; every content field equal up to
+#: whitespace at its ends and runs of whitespace (:func:`normalised_text`: collapsed in prose and
+#: between SQL tokens, never inside a SQL string literal, quoted identifier or comment, or a
+#: quoted literal or code span in prose; case is never folded); the same scope; the same set of
+#: concepts and of dependencies. The title and links do not decide. Anything else is an addition;
+#: an existing card whose content matches loosely (PostgreSQL ``normalized_content()``, migration
+#: 003: whitespace collapsed and lower-cased) is shown as a *possible duplicate*, never reused.
+NORMALISATION = ("same family; content equal up to whitespace at the ends and runs of whitespace "
+                 "(never inside SQL string literals, never case-folded); same scope, concepts and "
+                 "dependencies")
+
+#: The content fields holding SQL (compared as SQL: whitespace between tokens only).
+SQL_FIELDS: dict[str, frozenset[str]] = {"solved_question": frozenset({"sql"})}
+
+#: The fields of a card that decide whether an addition is the same card (besides the family).
+IDENTITY_FIELDS = ("content", "scope", "concepts", "dependencies")
 
 #: What each family needs to be reusable knowledge (the family's required content fields).
 REUSABLE: dict[str, str] = {
@@ -300,16 +313,46 @@ def proposal_body(d: Draft, cards: dict[uuid.UUID, Card], where: str) -> CardWri
     :raises InvalidInput: an update of a card that is not in ``cards`` (not in this workspace),
         or one that names another family than the card's; or as :func:`card_body`.
     """
-    card = None
-    if isinstance(d, Update):
-        card = cards.get(d.card_id)
-        if card is None:
-            raise _refused(where, d.key, f"{card_id_str(d.card_id)} is not a card of this "
-                           "workspace", "card_id")
-        if d.family is not None and d.family != card.family:
-            raise _refused(where, d.key, f"a card's family cannot change ({card.family} -> "
-                           f"{d.family})", "family")
+    card = target_card(d, cards, where, "card_id") if isinstance(d, Update) else None
     return card_body(d, card, None, where)
+
+
+def target_card(d: Update, cards: dict[uuid.UUID, Card], where: str, field: str) -> Card:
+    """The card update ``d`` edits, among the current ``cards`` (by id).
+
+    :raises InvalidInput: it is not in ``cards`` (not in this workspace), or ``d`` names another
+        family than the card's (``field`` names the card id's field).
+    """
+    card = cards.get(d.card_id)
+    if card is None:
+        raise _refused(where, d.key, f"{card_id_str(d.card_id)} is not a card of this "
+                       "workspace", field)
+    if d.family is not None and d.family != card.family:
+        raise _refused(where, d.key, f"a card's family cannot change ({card.family} -> "
+                       f"{d.family})", "family")
+    return card
+
+
+def as_update(p: Proposal, d: Draft, target: CardRevision, where: str) -> Update:
+    """The update a reviewer makes of addition ``d`` (stored as ``p``) by applying it to an
+    existing card (``as_update_of``: typically its possible duplicate): the fields the proposal
+    gives replace the card's, those it leaves out keep theirs, drafted against ``target``'s
+    revision (so a card changed since the reviewer saw it makes it stale).
+
+    :raises InvalidInput: ``d`` is an update (it names its card already), or the card id is not
+        a ``mem-`` id (``field``: ``<where>.as_update_of``).
+    """
+    if not isinstance(d, Addition):
+        raise _refused(where, d.key, "as_update_of applies an addition to an existing card; an "
+                       "update proposal names its card already", "as_update_of")
+    card_id = parse_card_id(target.card_id)
+    if card_id is None:
+        raise _refused(where, d.key, "as_update_of.card_id is a card id (mem-<uuid>)",
+                       "as_update_of.card_id")
+    return Update(key=d.key, decision_ids=d.decision_ids, card_id=card_id,
+                  revision=target.revision, family=d.family, title=d.title,
+                  content=dict(d.content), scope=p.scope, concepts=p.concepts,
+                  dependencies=p.dependencies, links=p.links)
 
 
 # ---- link targets ----
@@ -376,31 +419,180 @@ def resolve_links(links: Sequence[LinkIn],
 
 # ---- reuse of an existing card ----
 
+_WS = " \t\n\r\f\v"  # ASCII whitespace: PostgreSQL's \s collapses it too (a loose match is wider)
+_IDENT = re.compile(r"[A-Za-z0-9_$]")
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_TICKS = re.compile(r"`+")
+
+
+def _quoted_end(text: str, i: int, quote: str, backslash: bool = False) -> int:
+    """The end (exclusive) of the quoted span opening at ``i``: up to the next ``quote`` that is
+    not doubled (``''``), or backslash-escaped when ``backslash``; the text's end if unclosed."""
+    j = i + 1
+    while j < len(text):
+        c = text[j]
+        if backslash and c == "\\":
+            j += 2
+            continue
+        if c == quote:
+            if j + 1 < len(text) and text[j + 1] == quote:
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    return len(text)
+
+
+def _sql_verbatim(text: str, i: int) -> tuple[int, bool] | None:
+    """The span at ``i`` a SQL text keeps as written, ``(end, is_line_comment)``: a string literal
+    (``'...'``, ``E'...'`` with backslash escapes, ``$tag$...$tag$``), a quoted identifier
+    (``"..."``, MySQL-style backticks) or a comment (``-- ...`` to the line's end, ``/* */``,
+    nested). None when no such span opens at ``i``."""
+    c, before = text[i], text[i - 1] if i else ""
+    if c == "'":
+        escaped = before in "eE" and (i < 2 or not _IDENT.match(text[i - 2]))
+        return _quoted_end(text, i, "'", backslash=escaped), False
+    if c in "\"`":
+        return _quoted_end(text, i, c), False
+    if text.startswith("--", i):
+        end = text.find("\n", i)
+        return (len(text) if end < 0 else end), True
+    if text.startswith("/*", i):
+        depth, j = 0, i
+        while j < len(text):
+            if text.startswith("/*", j):
+                depth, j = depth + 1, j + 2
+            elif text.startswith("*/", j):
+                depth, j = depth - 1, j + 2
+                if depth == 0:
+                    return j, False
+            else:
+                j += 1
+        return len(text), False
+    if c == "$" and not (before and _IDENT.match(before)):
+        m = _DOLLAR.match(text, i)
+        if m:
+            end = text.find(m.group(0), m.end())
+            return (len(text) if end < 0 else end + len(m.group(0))), False
+    return None
+
+
+def _prose_verbatim(text: str, i: int) -> tuple[int, bool] | None:
+    """The span at ``i`` a prose text keeps as written, ``(end, False)``: a code span (backticks)
+    or a quoted literal (a ``'`` that opens a word, as in ``status = 'Active'``; an apostrophe
+    inside a word, as in ``customer's``, opens nothing). None when no such span opens at ``i``."""
+    c = text[i]
+    if c == "`":
+        ticks = _TICKS.match(text, i).group(0)  # type: ignore[union-attr]
+        end = text.find(ticks, i + len(ticks))
+        return (len(text) if end < 0 else end + len(ticks)), False
+    if c == "'" and (i == 0 or not text[i - 1].isalnum()):
+        return _quoted_end(text, i, "'"), False
+    return None
+
+
+def normalised_text(text: str, sql: bool = False) -> str:
+    """``text`` as the reuse rule compares it: whitespace at the ends removed, each run of
+    whitespace (space, tab, newline) outside a verbatim span collapsed to one space (to a newline
+    after a SQL line comment, which a newline ends). Verbatim spans are kept exactly as written:
+    in SQL (``sql``) string literals, quoted identifiers and comments; in prose, code spans and
+    quoted literals. Case is never folded: ``'Active'`` and ``'active'`` differ."""
+    text = text.strip(_WS)
+    verbatim = _sql_verbatim if sql else _prose_verbatim
+    out: list[str] = []
+    i, after_line_comment = 0, False
+    while i < len(text):
+        if text[i] in _WS:
+            j = i
+            while j < len(text) and text[j] in _WS:
+                j += 1
+            out.append("\n" if after_line_comment else " ")
+            i, after_line_comment = j, False
+            continue
+        span = verbatim(text, i)
+        if span is None:
+            j = i + 1
+            while j < len(text) and text[j] not in _WS and text[j] not in "'\"`-/$":
+                j += 1
+            out.append(text[i:j])
+            i, after_line_comment = j, False
+        else:
+            out.append(text[i:span[0]])
+            i, after_line_comment = span
+    return "".join(out)
+
+
+def identity(body: CardWrite | Card) -> tuple[Any, ...]:
+    """What makes two cards the same card (:data:`NORMALISATION`), hashable: family, normalised
+    content by field, scope, and the sets of concepts and dependencies. ``body`` is a validated
+    card body (fields trimmed, empty content fields dropped) or a stored card."""
+    sql = SQL_FIELDS.get(body.family, frozenset())
+    content = tuple(sorted((name, normalised_text(value, name in sql))
+                           for name, value in body.content.items() if value.strip()))
+    return (body.family, content, body.scope or None, tuple(sorted(set(body.concepts))),
+            tuple(sorted({d.key() for d in body.dependencies},
+                         key=lambda k: tuple(p or "" for p in k))))
+
+
+def differences(body: CardWrite, card: Card) -> list[str]:
+    """The fields of :data:`IDENTITY_FIELDS` in which ``card`` is not the card ``body`` would
+    write (both of one family); empty when it is the same card."""
+    mine, theirs = identity(body), identity(card)
+    return [name for name, a, b in zip(IDENTITY_FIELDS, mine[1:], theirs[1:]) if a != b]
+
+
+class Match(msgspec.Struct, frozen=True):
+    """The reuse rule's answer for one addition: the existing card it reuses (the oldest that is
+    the same card), else the existing card shown as a possible duplicate (content matching
+    loosely, other fields not: the one with the fewest ``differs``, then the oldest), or neither."""
+
+    reuse: uuid.UUID | None = None
+    possible: PossibleDuplicate | None = None
+
+
+def match(body: CardWrite, candidates: Sequence[Card]) -> Match:
+    """The reuse rule over ``candidates``: the existing cards of the body's family whose content
+    matches it loosely (PostgreSQL ``normalized_content()``), oldest first. Only the same card
+    (:func:`identity`) is reused; similar content alone never is."""
+    best: tuple[int, Card, list[str]] | None = None
+    for n, card in enumerate(candidates):
+        differs = differences(body, card)
+        if not differs:
+            return Match(reuse=parse_card_id(card.id))
+        if best is None or len(differs) < len(best[2]):
+            best = (n, card, differs)
+    if best is None:
+        return Match()
+    _, card, differs = best
+    return Match(possible=PossibleDuplicate(card_id=card.id, revision=card.revision,
+                                            title=card.title, differs=differs))
+
+
 def action(d: Draft, reuse: uuid.UUID | None) -> Action:
     """What a review does with a proposal: an update updates its card; an addition reuses the
-    existing card with the same family and normalised content (:data:`NORMALISATION`; ``reuse``,
-    found by the store), else creates one. Semantic similarity alone never reuses a card."""
+    existing card that is the same card (:func:`match`; ``reuse``), else creates one."""
     if isinstance(d, Update):
         return "update"
     return "reuse" if reuse is not None else "create"
 
 
-def first_duplicate(created: Sequence[tuple[str, str]]) -> tuple[int, int] | None:
-    """Among the additions a review would create, ``(family, normalised content)`` each, the first
-    pair that would be the same card twice, as ``(earlier index, later index)``; None if none."""
-    seen: dict[tuple[str, str], int] = {}
-    for j, pair in enumerate(created):
-        if pair in seen:
-            return seen[pair], j
-        seen[pair] = j
+def first_duplicate(created: Sequence[Hashable]) -> tuple[int, int] | None:
+    """Among the additions a review would create, the :func:`identity` of each, the first pair
+    that would be the same card twice, as ``(earlier index, later index)``; None if none."""
+    seen: dict[Hashable, int] = {}
+    for j, key in enumerate(created):
+        if key in seen:
+            return seen[key], j
+        seen[key] = j
     return None
 
 
 def same_content(first: tuple[str, str], second: tuple[str, str]) -> InvalidInput:
-    """The refusal of ``second`` for repeating ``first``'s content, each ``(where, key)``."""
+    """The refusal of ``second`` for being the same card as ``first``, each ``(where, key)``."""
     (where1, key1), (where2, key2) = first, second
-    return InvalidInput(f"{where2} (key {key2!r}): same family and content as {where1} "
-                        f"(key {key1!r})", field=f"{where2}.content", item=key2)
+    return InvalidInput(f"{where2} (key {key2!r}): the same card as {where1} (key {key1!r}): "
+                        "same family, content, scope, concepts and dependencies",
+                        field=f"{where2}.content", item=key2)
 
 
 # ---- staleness of an update ----

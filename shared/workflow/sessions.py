@@ -5,9 +5,10 @@ Permission ``memory.review``, checked again here.
 - :meth:`Workflow.propose` validates and stores a batch of proposals of one session: additions and
   updates, each with its source decisions, content, scope, rationale, dependencies and links (to
   existing cards by ``mem-`` id, or to other proposals of the session by their local key). A
-  proposal needs an ``approved`` decision and reusable content. An addition whose family and
-  normalised content (see :data:`~shared.workflow.rules.NORMALISATION`) equal an existing card's is
-  a *reuse* of that card.
+  proposal needs an ``approved`` decision and reusable content. An addition that is the same card
+  as an existing one (family, content up to whitespace, scope, concepts, dependencies: see
+  :data:`~shared.workflow.rules.NORMALISATION`) is a *reuse* of that card; one whose content only
+  matches loosely is an addition that shows the existing card as a ``possible_duplicate``.
 - :meth:`Workflow.summary` shows each proposal, what it would create or change (a field diff for
   updates) and which are stale, computed against the archive's current state.
 - :meth:`Workflow.review` applies a reviewer's selection (with edits) in one transaction under the
@@ -75,34 +76,42 @@ async def _reviewed(conn: AsyncConnection, session_id: str) -> ReviewReceipt | N
     return msgspec.convert(row.result, ReviewReceipt) if row is not None else None
 
 
+async def _matches(conn: AsyncConnection, bodies: list[CardWrite]) -> list[rules.Match]:
+    """The reuse rule (:func:`rules.match`) for each body against the archive's cards: the
+    candidates are the cards whose content matches loosely (found by the store)."""
+    candidates = await store.loose_content_cards(conn, bodies)
+    cards = await card_store.get_many(conn, sorted({c for ids in candidates for c in ids}))
+    return [rules.match(body, [cards[c] for c in ids if c in cards])
+            for body, ids in zip(bodies, candidates)]
+
+
 async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrite]],
-                 sent: int | None = None) -> list[uuid.UUID | None]:
+                 sent: int | None = None) -> list[rules.Match]:
     """The reuse rule over additions ``(where, key, body)``: the existing card each reuses (or
-    None: it is created).
+    None: it is created) and the possible duplicate shown for one that is created.
 
     :param sent: how many of ``additions`` (the first ones) the caller sent now; the others are
         stored already, and a duplicate names the one sent. All of them when None.
-    :raises InvalidInput: two created additions have the same family and content (the later one,
-        or the one sent, is named).
+    :raises InvalidInput: two created additions are the same card (:func:`rules.identity`; the
+        later one, or the one sent, is named).
     """
     bodies = [body for *_, body in additions]
-    targets = await store.same_content_cards(conn, bodies)
-    created = [n for n, target in enumerate(targets) if target is None]
-    norms = await store.normalised_contents(conn, [bodies[n] for n in created])
-    dup = rules.first_duplicate([(bodies[n].family, norm) for n, norm in zip(created, norms)])
+    matches = await _matches(conn, bodies)
+    created = [n for n, m in enumerate(matches) if m.reuse is None]
+    dup = rules.first_duplicate([rules.identity(bodies[n]) for n in created])
     if dup is not None:
         first, second = created[dup[0]], created[dup[1]]
         if sent is not None and second >= sent:
             first, second = second, first
         raise rules.same_content(additions[first][:2], additions[second][:2])
-    return targets
+    return matches
 
 
 async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[CardWrite],
-                       stored: dict[str, _Stored]) -> dict[str, uuid.UUID | None]:
+                       stored: dict[str, _Stored]) -> dict[str, rules.Match]:
     """The reuse rule at propose time, for the batch's additions by key: the batch's additions,
-    then the stored ones it does not re-send, must not repeat content among those that are not
-    reuses (a review could not create both).
+    then the stored ones it does not re-send, must not be the same card twice among those that
+    are not reuses (a review could not create both).
 
     :raises InvalidInput: as :func:`_reuse`, naming the proposal of the batch.
     """
@@ -114,8 +123,8 @@ async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[
         if isinstance(s.draft, Addition) and s.key not in batch_keys:
             where = f"stored proposal {s.key!r}"
             additions.append((where, s.key, rules.card_body(s.draft, None, None, where)))
-    targets = await _reuse(conn, additions, sent)
-    return dict(zip((key for _, key, _ in additions[:sent]), targets))
+    matches = await _reuse(conn, additions, sent)
+    return dict(zip((key for _, key, _ in additions[:sent]), matches))
 
 
 async def _edited_cards(conn: AsyncConnection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
@@ -174,7 +183,8 @@ class Workflow:
             new_keys: list[str] = []
             for i, (p, d, body) in enumerate(zip(req.proposals, drafts, bodies)):
                 request_digest = digest(p)
-                card_uuid, reuse_id = rules.edited_card(d), reuse.get(d.key)
+                match = reuse.get(d.key, rules.Match())
+                card_uuid, reuse_id = rules.edited_card(d), match.reuse
                 prior = stored.get(d.key)
                 state: Literal["new", "unchanged"] = "new"
                 if prior is not None:
@@ -195,7 +205,8 @@ class Workflow:
                 outcomes.append(ProposalOutcome(
                     key=d.key, kind=d.kind, family=body.family, action=rules.action(d, reuse_id),
                     card_id=card_id_str(shown) if shown else None,
-                    base_revision=_base_revision(d), stale=bool(stale), stored=state))
+                    base_revision=_base_revision(d), stale=bool(stale), stored=state,
+                    possible_duplicate=match.possible))
             total = await store.count_proposals(conn, session_id)
             if total > MAX_SESSION_PROPOSALS:
                 raise Conflict(f"a session holds at most {MAX_SESSION_PROPOSALS} proposals",
@@ -244,10 +255,11 @@ class Workflow:
                 additions = [(item, s.draft, body)
                              for item, s, body in zip(items, stored.values(), bodies)
                              if isinstance(s.draft, Addition) and body is not None]
-                targets = await store.same_content_cards(conn, [body for *_, body in additions])
-                for (item, d, _), reuse_id in zip(additions, targets):
-                    item.action = rules.action(d, reuse_id)
-                    item.card_id = card_id_str(reuse_id) if reuse_id else None
+                matches = await _matches(conn, [body for *_, body in additions])
+                for (item, d, _), m in zip(additions, matches):
+                    item.action = rules.action(d, m.reuse)
+                    item.card_id = card_id_str(m.reuse) if m.reuse else None
+                    item.possible_duplicate = m.possible
             else:
                 _show_review(items, receipt)
         counts = {"total": len(items),
@@ -255,6 +267,7 @@ class Workflow:
                   "reuse": sum(i.action == "reuse" for i in items),
                   "update": sum(i.action == "update" for i in items),
                   "stale": sum(i.stale for i in items),
+                  "possible_duplicates": sum(i.possible_duplicate is not None for i in items),
                   "with_problems": sum(bool(i.problems) for i in items)}
         return Summary(session_id=session_id, proposals=items, counts=counts, review=receipt)
 
@@ -270,15 +283,19 @@ class Workflow:
         session and its approved decision ids) are inserted, then updates applied (keeping the
         card's id, origin and source), then links resolved (between new cards of the review too),
         then one projection operation per written card and the receipt. An addition whose final
-        content is identical to an existing card's reuses that card (no write). Operations are
+        body (with the edits) is the same card as an existing one reuses that card (no write);
+        ``as_update_of`` applies an addition to an existing card as an update. Operations are
         enqueued after commit. A repeated ``review_id`` returns the stored receipt
         (``replayed``) and writes nothing, whatever happened to the cards since.
 
         :raises InvalidInput: unknown or duplicate key, a link to a card not in this workspace
-            or to an unselected proposal, an edit of the approved SQL, invalid edits, duplicate
-            content; nothing selected without ``decline_all`` (the item is named).
-        :raises StaleRevision: an update's card moved past (or was deleted after) the revision
-            the proposal was drafted against (``item`` names it); nothing is written.
+            or to an unselected proposal, an edit of the approved SQL, invalid edits, the same
+            card twice; ``as_update_of`` on an update, or naming a card that is not in this
+            workspace or of another family; nothing selected without ``decline_all`` (the item
+            is named).
+        :raises StaleRevision: an update's card (or an ``as_update_of`` card) moved past (or was
+            deleted after) the revision it was drafted against (``item`` names it); nothing is
+            written.
         :raises Conflict: the review id was used for another session or another request; the
             session was already reviewed under another review id.
         :raises NotFound: no proposals in the session. :raises Forbidden: principal.
@@ -330,13 +347,21 @@ class Workflow:
                      session_id: str, selection: list[ReviewSelection],
                      stored: dict[str, _Stored],
                      ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry]]:
-        selected = [(f"selected[{i}]", stored[sel.key].draft, sel) for i, sel in
-                    enumerate(selection)]
+        selected: list[tuple[str, Draft, ReviewSelection]] = []
+        for i, sel in enumerate(selection):
+            where, s = f"selected[{i}]", stored[sel.key]
+            if sel.as_update_of is None:
+                selected.append((where, s.draft, sel))
+            else:  # the reviewer applies an addition to an existing card
+                selected.append((where, rules.as_update(s.proposal, s.draft, sel.as_update_of,
+                                                        where), sel))
         cards = await _edited_cards(conn, (d for _, d, _ in selected))
         # 1. validate every item against the current state before writing anything
         bodies: list[CardWrite] = []
         for where, d, sel in selected:
             card = cards.get(d.card_id) if isinstance(d, Update) else None
+            if isinstance(d, Update) and sel.as_update_of is not None:
+                card = rules.target_card(d, cards, where, "as_update_of.card_id")
             if isinstance(d, Update) and (reason := rules.stale_reason(d, card)) is not None:
                 raise StaleRevision(f"{where} (key {d.key!r}): {reason}", item=d.key,
                                     card_id=card_id_str(d.card_id),
@@ -345,8 +370,9 @@ class Workflow:
             body.revision = _base_revision(d)
             bodies.append(body)
         adds = [n for n, (_, d, _) in enumerate(selected) if isinstance(d, Addition)]
-        reuse = dict(zip(adds, await _reuse(conn, [(selected[n][0], selected[n][1].key,
-                                                    bodies[n]) for n in adds])))
+        matches = await _reuse(conn, [(selected[n][0], selected[n][1].key, bodies[n])
+                                      for n in adds])
+        reuse = {n: m.reuse for n, m in zip(adds, matches)}
         ids = {d.key: rules.edited_card(d) or reuse.get(n) or uuid.uuid4()
                for n, (_, d, _) in enumerate(selected)}
         # links by key name selected proposals only; they become card ids (a reused card is not
@@ -392,7 +418,8 @@ class Workflow:
                                           "revision": revision})
             else:
                 revision = (await card_store.get(conn, cid)).revision
-            items.append(ReviewedItem(key=d.key, kind=d.kind, action=rules.DONE[action],
+            items.append(ReviewedItem(key=d.key, kind=stored[d.key].draft.kind,
+                                      action=rules.DONE[action],
                                       card_id=card_id_str(cid), revision=revision,
                                       family=bodies[n].family, title=bodies[n].title))
         return items, op_ids, projection
