@@ -495,6 +495,9 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
         for name in ("card_links_requeue_inserted()", "card_links_requeue_deleted()",
                      "cards_requeue_question_targets()", "requeue_expanded_cards(uuid[])"):
             conn.execute(f"DROP FUNCTION memory.{name}")
+        # 008's visible text (its function body refers to the column; SQL bodies are not tracked)
+        conn.execute("ALTER TABLE memory.cards DROP COLUMN search_text")
+        conn.execute("DROP FUNCTION memory.card_visible_text(text, text, text[], jsonb)")
     return h, cards, theirs
 
 
