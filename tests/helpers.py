@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -42,6 +42,52 @@ def with_database(url: str, dbname: str) -> str:
     """``url`` (a PostgreSQL URL) with its database name replaced by ``dbname``."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+#: the Redis database each test flushes when neither setting names one
+DEFAULT_TEST_REDIS_DB = 9
+
+
+def redis_test_url(url: str, db: str | None = None) -> str:
+    """The URL of the Redis database the tests use, from ``MEMARC_TEST_REDIS_URL`` (``url``) and
+    ``MEMARC_TEST_REDIS_DB`` (``db``, may be unset).
+
+    The URL may name the database itself, as a path (``redis://host:6379/15``) or a ``db`` query
+    parameter (``redis://host:6379?db=15``, ``unix:///run/redis.sock?db=15``): it is honoured,
+    and ``MEMARC_TEST_REDIS_DB``, when also set, must name the same one. Otherwise the database
+    is ``MEMARC_TEST_REDIS_DB``, else :data:`DEFAULT_TEST_REDIS_DB`. Credentials and other query
+    parameters are kept. The answer names the database once: a path for ``redis://`` and
+    ``rediss://``, ``?db=`` for ``unix://``.
+
+    :raises ValueError: an unsupported scheme, a database that is not a number 0..65535, or
+        two different databases named (the message says which settings and how to fix them).
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"MEMARC_TEST_REDIS_URL {url!r}: the scheme must be redis://, rediss:// "
+                         "or unix://")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [v for k, v in query if k == "db"]
+    path = parts.path
+    if parts.scheme != "unix" and path.strip("/"):
+        named.append(path.strip("/"))
+        path = ""
+    if db is not None and db.strip():
+        named.append(db.strip())
+    for value in named:
+        if not (value.isascii() and value.isdigit() and int(value) <= 65535):
+            raise ValueError(f"MEMARC_TEST_REDIS_URL {url!r} / MEMARC_TEST_REDIS_DB {db!r}: "
+                             f"{value!r} is not a Redis database number (redis://host:6379/15)")
+    numbers = sorted({int(v) for v in named})
+    if len(numbers) > 1:
+        raise ValueError(f"MEMARC_TEST_REDIS_URL {url!r} and MEMARC_TEST_REDIS_DB {db!r} name "
+                         f"different Redis databases ({', '.join(map(str, numbers))}): give the "
+                         "number in one of them, or the same number in both")
+    number = numbers[0] if numbers else DEFAULT_TEST_REDIS_DB
+    rest = [(k, v) for k, v in query if k != "db"]
+    if parts.scheme == "unix":
+        return f"unix://{parts.netloc}{path}?{urlencode([*rest, ('db', str(number))])}"
+    return urlunsplit((parts.scheme, parts.netloc, f"/{number}", urlencode(rest), ""))
 
 
 def model_env() -> dict[str, str]:

@@ -399,8 +399,8 @@ class Archive:
         """Create cards from a cards file in one transaction (all or nothing), through the same
         validation as the API. Links name other lines' ``key`` or existing ``mem-`` ids.
 
-        :raises InvalidInput: a line is invalid (its key is named), duplicate keys, unknown link
-            targets, more than 20,000 cards.
+        :raises InvalidInput: a line is invalid (its key is named), duplicate keys, a key that
+            looks like a card id, unknown link targets, more than 20,000 cards.
         """
         principal.require(workspace, "memory.manage")
         items = list(lines)
@@ -414,6 +414,9 @@ class Archive:
                 raise InvalidInput(f"line {n} (key {card.key!r}): {exc.message}") from exc
             if card.key in ids:
                 raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
+            if parse_card_id(card.key) is not None:  # a link to it would name an existing card
+                raise InvalidInput(f"line {n}: key {card.key!r} must not look like a card id "
+                                   "(mem-<uuid>)")
             ids[card.key] = uuid.uuid4()
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)

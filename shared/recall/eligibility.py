@@ -22,6 +22,8 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
     """The effective filter of a request: mode families (narrowed by ``family``), filters, the
     principal's database/schema binding, and exclusions.
 
+    Exclusions are card ids in any spelling (:func:`~shared.models.parse_card_id`), each once.
+
     :raises InvalidInput: a family outside the mode, an exclusion that is not a card id, a
         physical filter with a gap. :raises Forbidden: a filter outside the token's binding.
     """
@@ -52,12 +54,12 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
     if any(v is not None for v in physical[1:]) and database is None:
         raise InvalidInput("a schema, table or column filter needs filters.database",
                            field="filters.database")
-    exclude: list[uuid.UUID] = []
+    exclude: dict[uuid.UUID, None] = {}  # a card named twice (in any spelling) counts once
     for i, ref in enumerate(req.exclude):
         cid = parse_card_id(ref)
         if cid is None:
             raise InvalidInput(f"exclude[{i}] {ref!r} is not a card id", field=f"exclude[{i}]")
-        exclude.append(cid)
+        exclude[cid] = None
     concepts = tuple(dict.fromkeys(c.strip() for c in flt.concepts if c.strip()))
     return IndexFilter(families=families, scope=flt.scope, concepts=concepts, physical=physical,
                        exclude=tuple(exclude))

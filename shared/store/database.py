@@ -83,6 +83,24 @@ def translate_db_error(exc: BaseException) -> DatabaseUnavailable:
     return DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}")
 
 
+#: What PostgreSQL answers when the archive schema was dropped or altered under a running
+#: process (a schema, table, column, function, type or role the named queries rely on is gone,
+#: or an object was replaced by one of another kind). The named queries are checked against the
+#: migrated schema (tests/test_store_queries.py), so at run time these mean the schema changed.
+SCHEMA_ERRORS: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedObject, psycopg.errors.WrongObjectType)
+
+
+def translate_schema_error(exc: psycopg.Error) -> SchemaOutdated:
+    """Map a :data:`SCHEMA_ERRORS` error to the archive's 503 ``schema_outdated``, naming what
+    PostgreSQL found missing."""
+    found = (exc.diag.message_primary or type(exc).__name__)[:200]
+    return SchemaOutdated(f"the archive schema was changed under the running process ({found}): "
+                          "run `memarc migrate`")
+
+
 class Database:
     """An async connection pool to the archive database, with workspace-scoped transactions.
 
@@ -121,12 +139,16 @@ class Database:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
-        """A pooled connection; driver connection failures become :class:`DatabaseUnavailable`."""
+        """A pooled connection; driver connection failures become :class:`DatabaseUnavailable`,
+        a schema dropped or altered since start-up (:data:`SCHEMA_ERRORS`) :class:`SchemaOutdated`
+        (both 503)."""
         try:
             async with self.pool.connection() as conn:
                 yield conn
         except psycopg.DataError as exc:  # a value PostgreSQL cannot store: bad input, not a 500
             raise InvalidInput(f"invalid value: {exc.diag.message_primary or exc}") from exc
+        except SCHEMA_ERRORS as exc:
+            raise translate_schema_error(exc) from exc
         except (PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled):
                 raise

@@ -19,7 +19,8 @@ import msgspec
 
 from shared.errors import ArchiveError, InvalidInput
 from shared.models import (FAMILY_FIELDS, Card, CardWrite, Dependency, LinkIn, card_id_str,
-                           parse_card_id, reject_nul, validate_card_write)
+                           normalize_card_ref, parse_card_id, reject_nul,
+                           validate_card_write)
 from shared.workflow.requests import (CardPreview, CardRevision, FieldChange, PossibleDuplicate,
                                       Proposal, ProposalLink, ReviewEdits, ReviewRequest)
 
@@ -142,8 +143,17 @@ def draft(p: Proposal, where: str) -> Draft:
     addition: family, title and reusable content, no card; an update: the card and the revision
     it was drafted against, and at least one changed field).
 
+    Card ids in ``p`` (``card_id``, link targets) are normalised in place first
+    (:func:`~shared.models.normalize_card_ref`), so that its digest, what is stored and every
+    comparison see one spelling.
+
     :raises InvalidInput: naming the proposal (``item`` = its key, ``field`` under ``where``).
     """
+    if p.card_id is not None:
+        p.card_id = normalize_card_ref(p.card_id)
+    if p.links is not None:
+        p.links = [ProposalLink(target=normalize_card_ref(link.target), meaning=link.meaning)
+                   for link in p.links]
     for text, field in ((p.key, "key"), (p.rationale, "rationale"),
                         *((f"{d.id}{d.status}", f"decisions[{i}]")
                           for i, d in enumerate(p.decisions))):
@@ -372,28 +382,39 @@ def link_problems(links: Sequence[LinkIn], *, key: str, card_id: uuid.UUID | Non
     another proposal written with it (``written``: the session's proposals at propose time, the
     selected ones in a review, each with the card it writes when that is known), and never the
     card the proposal itself writes (``card_id``, when known). A key of the session (``session``)
-    that is not written with it is one not selected in this review.
+    that is not written with it is one not selected in this review. Two links that name one
+    card (by id, or by id and by the key of a proposal that writes or reuses it) are a duplicate,
+    as two equal targets are.
     """
     problems: list[tuple[int, str]] = []
+    first: dict[uuid.UUID, int] = {}
     for j, link in enumerate(links):
-        target = parse_card_id(link.target)
+        problem, target = None, parse_card_id(link.target)
         if target is not None:
             if target == card_id:
-                problems.append((j, f"links[{j}]: a card cannot link to itself"))
+                problem = f"links[{j}]: a card cannot link to itself"
             elif target not in cards:
-                problems.append((j, f"links[{j}].target {card_id_str(target)} is not a card of "
-                                 "this workspace"))
+                problem = f"links[{j}].target {card_id_str(target)} is not a card of this workspace"
         elif link.target == key:
-            problems.append((j, f"links[{j}]: a proposal cannot link to itself"))
+            problem = f"links[{j}]: a proposal cannot link to itself"
         elif link.target in written:
-            if card_id is not None and written[link.target] == card_id:
-                problems.append((j, f"links[{j}]: a card cannot link to itself"))
+            target = written[link.target]
+            if card_id is not None and target == card_id:
+                problem = f"links[{j}]: a card cannot link to itself"
         elif link.target in session:
-            problems.append((j, f"links[{j}] names proposal {link.target!r}, which is not "
-                             "selected in this review"))
+            problem = (f"links[{j}] names proposal {link.target!r}, which is not selected in "
+                       "this review")
         else:
-            problems.append((j, f"links[{j}].target {link.target!r} is neither a card id nor "
-                             "the key of a proposal of this session"))
+            problem = (f"links[{j}].target {link.target!r} is neither a card id nor the key of a "
+                       "proposal of this session")
+        if problem is None and target is not None:
+            if target in first:
+                problem = (f"links[{j}]: duplicate link to {card_id_str(target)} (also "
+                           f"links[{first[target]}])")
+            else:
+                first[target] = j
+        if problem is not None:
+            problems.append((j, problem))
     return problems
 
 
