@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import msgspec
@@ -252,6 +253,176 @@ async def test_cards_written_during_a_rebuild_end_up_current(make_env):
         res = await _search(env, h, "invoices issued every Friday")
         assert res["results"][0]["card"]["revision"] == 2
         assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+
+
+async def _advisory_lock_waiters(env) -> int:
+    """How many sessions of the test's database wait for an advisory lock."""
+    async with await psycopg.AsyncConnection.connect(env.migrator_url) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND wait_event = 'advisory'")
+        return (await cur.fetchone())[0]
+
+
+async def _assert_audit_clean(env) -> None:
+    from shared.projection.reconciliation import audit
+
+    report = await audit(env.resources.db, env.resources.index, "acme")
+    found = (report.orphan, report.missing, report.stale, report.misplaced)
+    assert found == ([], [], [], []), report
+    assert report.pending == 0 and report.current == report.cards, report
+
+
+async def test_writes_issued_at_the_switch_wait_for_it_and_end_up_projected(make_env):
+    """Issue 14: a delete, an update and a create issued concurrently at the moment between the
+    rebuild's last catch-up and its switch wait for the switch (it holds the writes' lock), then
+    go through at once; after a drain nothing is orphaned, missing or stale. (Before the fix the
+    delete committed there, the switch completed its operation and its point stayed behind.)"""
+    from shared.projection.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        writes: dict[str, asyncio.Task] = {}
+        moment: dict[str, float] = {}
+
+        async def write_now(collection: str) -> None:
+            writes["delete"] = asyncio.create_task(
+                env.client.delete(f"{BASE}/{cards[0]['id']}", headers=h))
+            writes["update"] = asyncio.create_task(env.client.put(
+                f"{BASE}/{cards[1]['id']}", headers=h, json=_rule(
+                    "Rule 1 about invoices", "Invoices are issued every Friday.", revision=1)))
+            writes["create"] = asyncio.create_task(env.client.post(BASE, headers=h, json=_rule(
+                "Credit notes", "Credit notes reverse an invoice.")))
+            # until the three wait for the lock (or, without it, have committed)
+            deadline = time.monotonic() + 30
+            while not all(t.done() for t in writes.values()) and time.monotonic() < deadline:
+                if await _advisory_lock_waiters(env) >= 3:
+                    break
+                await asyncio.sleep(0.05)
+            moment["blocked"] = sum(not t.done() for t in writes.values())
+            moment["released"] = time.monotonic()
+
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        row = await rebuild_index(env.resources.db, env.resources.index, env.resources.embedder,
+                                  "acme", rid, before_switch=write_now)
+        assert row["status"] == "done", row
+        responses = await asyncio.gather(*writes.values())
+        waited = time.monotonic() - moment["released"]
+        assert [x.status_code for x in responses] == [200, 200, 201], [x.text for x in responses]
+        await env.drain()  # the writes' own jobs, projected into the new collection
+
+        await _assert_audit_clean(env)
+        points = await env.resources.index.scroll_ids("acme")
+        created = responses[2].json()["card"]
+        assert uuid.UUID(cards[0]["id"][4:]) not in points
+        assert points[uuid.UUID(cards[1]["id"][4:])]["revision"] == 2
+        assert uuid.UUID(created["id"][4:]) in points
+        assert len(points) == 3
+        # they waited for the switch, and not much longer than it (nothing left to catch up)
+        assert moment["blocked"] == 3
+        assert waited < 10, waited
+        res = await _search(env, h, "invoices issued every Friday")
+        assert res["results"][0]["card"]["revision"] == 2
+
+
+async def test_writes_go_on_during_a_rebuild_and_wait_only_for_a_short_switch(make_env):
+    """Issue 14: updates issued one after another for the whole rebuild all answer, none waits
+    long (the switch holds the writes' lock only for the catch-up of what was written since the
+    previous pass, and takes the projection lock before it: no deadlock with jobs or writes),
+    and the last revision ends up projected."""
+    from shared.projection.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 12)
+        await env.drain()
+        card, latencies, done = cards[5], [], asyncio.Event()
+        state = {"revision": 1}
+
+        async def keep_writing() -> None:
+            while not done.is_set():
+                t0 = time.monotonic()
+                r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json=_rule(
+                    "Rule 5 about invoices", f"Invoices are issued on day {state['revision']}.",
+                    revision=state["revision"]))
+                latencies.append(time.monotonic() - t0)
+                assert r.status_code == 200, r.text
+                state["revision"] = r.json()["card"]["revision"]
+                await asyncio.sleep(0.01)
+
+        async def start_writing(collection: str) -> None:
+            writer.append(asyncio.create_task(keep_writing()))
+            await asyncio.sleep(0.3)  # writes during the first pass too
+
+        writer: list[asyncio.Task] = []
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        row = await asyncio.wait_for(rebuild_index(
+            env.resources.db, env.resources.index, env.resources.embedder, "acme", rid,
+            on_batch_written=start_writing), 120)
+        await asyncio.sleep(0.2)  # and after the switch
+        done.set()
+        await asyncio.wait_for(writer[0], 30)
+        assert row["status"] == "done" and row["summary"]["caught_up"] >= 1, row
+        assert len(latencies) >= 5 and max(latencies) < 3, latencies
+        await env.drain()
+        await _assert_audit_clean(env)
+        points = await env.resources.index.scroll_ids("acme")
+        assert points[uuid.UUID(card["id"][4:])]["revision"] == state["revision"]
+
+
+async def test_a_switch_waiting_for_a_projection_job_does_not_hold_up_writes(make_env):
+    """Issue 14: the switch takes the projection lock before the writes' lock, so while it waits
+    for a projection job in flight a write still answers at once (the other order would make
+    every write wait for the job too); when the job ends the switch completes."""
+    from shared.projection.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        await env.drain()
+        job_ends = asyncio.Event()
+        holding = asyncio.Event()
+
+        async def job_in_flight() -> None:  # what a projection job holds while it projects
+            async with env.resources.db.transaction("acme") as conn:
+                await outbox.lock_for_projection(conn, "acme", [uuid.uuid4()])
+                holding.set()
+                await job_ends.wait()
+
+        job = asyncio.create_task(job_in_flight())
+        await asyncio.wait_for(holding.wait(), 30)
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        rebuild = asyncio.create_task(rebuild_index(
+            env.resources.db, env.resources.index, env.resources.embedder, "acme", rid))
+        try:
+            deadline = time.monotonic() + 60
+            while await _advisory_lock_waiters(env) < 1:  # the switch waits for the job
+                assert not rebuild.done() and time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            r = await asyncio.wait_for(env.client.put(
+                f"{BASE}/{cards[2]['id']}", headers=h, json=_rule(
+                    "Rule 2 about invoices", "Invoices are issued on the last day.", revision=1)),
+                10)
+            assert r.status_code == 200 and time.monotonic() - t0 < 3
+            assert not rebuild.done()
+        finally:
+            job_ends.set()
+            await job
+        row = await asyncio.wait_for(rebuild, 60)
+        assert row["status"] == "done", row
+        await env.drain()
+        await _assert_audit_clean(env)
+        points = await env.resources.index.scroll_ids("acme")
+        assert points[uuid.UUID(cards[2]["id"][4:])]["revision"] == 2
 
 
 async def test_audit_finds_missing_stale_orphan_and_misplaced_points_and_repairs(make_env):

@@ -11,9 +11,21 @@ atomically.
    built before the catch-up (Qdrant Edge: in a child process, ``shared/index/edge_optimize.py``).
 3. Catch up (at most 3 passes, no locks): cards changed, added or deleted since they were read.
 4. Switch, in one transaction holding the workspace's projection lock exclusively (so no
-   projection job is in flight): a last catch-up, the alias switch (the old collection, with any
-   orphan points, is dropped), the valid projections recorded for exactly the revisions written,
-   and the operations those revisions satisfy completed.
+   projection job is in flight) and then the workspace's write lock (so no write commits until
+   the switch has): a last catch-up, the alias switch (the old collection, with any orphan
+   points, is dropped), the valid projections recorded for exactly the revisions written, and
+   the operations those revisions satisfy completed (every open deletion among them: the new
+   collection holds current cards only). A write that commits after the last catch-up's read
+   would otherwise be lost to the switch: a card deleted then keeps its point in the new
+   collection while its deletion is completed (an orphan only ``audit`` finds).
+
+   Writes wait only for the switch itself: the wait for projection jobs in flight, and a
+   catch-up of what was written meanwhile, come before the write lock is taken, so the catch-up
+   under it covers what was written during that one pass (a few operations). Lock order: the
+   projection lock, then the workspace lock. Writes take the workspace lock only and projection
+   jobs the projection lock (and card locks) only, so no transaction holds the workspace lock
+   while it waits for the projection lock: no deadlock (a path that ever needs both must take
+   them in this order).
 
 It never imports files, old payloads or another collection: everything written comes from the
 cards table. It is also the recovery for a collection whose vector configuration is incompatible
@@ -30,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+from psycopg import AsyncConnection
 
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
@@ -37,7 +50,7 @@ from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import build_points
 from shared.store import activity_log, cards, outbox, rebuilds, workspaces
-from shared.store.database import Database
+from shared.store.database import Database, lock_workspace
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +81,16 @@ async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, int]:
 
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                  language: str, target: str, ids: list[uuid.UUID],
-                 written: dict[uuid.UUID, int], privacy: PrivacyFilter) -> int:
-    """Read ``ids`` now, write them into ``target``; returns how many existed."""
-    async with db.transaction(workspace, read_only=True) as conn:
-        found: dict[uuid.UUID, Card] = await cards.get_many(conn, ids)
-        linked = await cards.linked_questions(conn, list(found))
+                 written: dict[uuid.UUID, int], privacy: PrivacyFilter,
+                 conn: AsyncConnection | None = None) -> int:
+    """Read ``ids`` now (on ``conn`` when given: the switch's locked transaction, which must
+    not wait for a second pooled connection), write them into ``target``; returns how many
+    existed."""
+    if conn is None:
+        async with db.transaction(workspace, read_only=True) as own:
+            found, linked = await _read(own, ids)
+    else:
+        found, linked = await _read(conn, ids)
     live = [found[i] for i in ids if i in found]
     if live:
         await index.upsert(workspace, await build_points(embedder, live, language, privacy,
@@ -85,6 +103,12 @@ async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace
         for i in gone:
             written.pop(i, None)
     return len(live)
+
+
+async def _read(conn: AsyncConnection,
+                ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Card], dict[uuid.UUID, list[str]]]:
+    found: dict[uuid.UUID, Card] = await cards.get_many(conn, ids)
+    return found, await cards.linked_questions(conn, list(found))
 
 
 def _diff(current: dict[uuid.UUID, int], written: dict[uuid.UUID, int]) -> list[uuid.UUID]:
@@ -110,6 +134,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                         privacy: PrivacyFilter = DEFAULT_FILTER,
                         optimize_min_cards: int = OPTIMIZE_MIN_CARDS,
                         on_batch_written: Callable[[str], Awaitable[None]] | None = None,
+                        before_switch: Callable[[str], Awaitable[None]] | None = None,
                         ) -> dict[str, Any] | None:
     """Run a claimed rebuild to completion; returns the tracked row, or None when the rebuild
     is not claimable (done, or running under a live lease elsewhere).
@@ -122,6 +147,11 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
     each batch of the first pass is written and its progress recorded, before the catch-up and
     the switch: the moment at which tests write cards (which the catch-up must take in) or
     interrupt the rebuild.
+
+    ``before_switch`` (None in production) is awaited with the new collection's name in the
+    switch's transaction, after the last catch-up and before the alias switch, with the
+    projection and workspace locks held: the moment at which tests issue writes that must wait
+    for the switch (and that the switch would lose if they did not).
     """
     async with db.transaction(workspace) as conn:
         row = await rebuilds.claim(conn, rebuild_id, lease_seconds)
@@ -144,28 +174,42 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                                         lease_seconds=lease_seconds)
             if on_batch_written is not None:
                 await on_batch_written(target)
+
+        async def catch_up(conn: AsyncConnection | None) -> tuple[int, dict[uuid.UUID, int]]:
+            """Write what changed since ``written`` (read on ``conn`` when given); returns how
+            many cards that was and the current revisions."""
+            current = await cards.revisions(conn) if conn else await _revisions(db, workspace)
+            pending = _diff(current, written)
+            for start in range(0, len(pending), BATCH):
+                await _write(db, index, embedder, workspace, ws["language"], target,
+                             pending[start:start + BATCH], written, privacy, conn)
+            return len(pending), current
+
         optimized = False
         if len(ids) >= optimize_min_cards:
             optimized = await index.optimize_collection(target)
+        # the old collection's points (for the summary), read before the catch-up so that the
+        # last unlocked pass runs just before the locks are taken
+        old_ids = set((await index.scroll_ids(workspace)).keys())
         caught_up = 0
         for _ in range(CATCH_UP_PASSES):
-            pending = _diff(await _revisions(db, workspace), written)
-            if not pending:
+            n = (await catch_up(None))[0]
+            caught_up += n
+            if not n:
                 break
-            caught_up += len(pending)
-            for start in range(0, len(pending), BATCH):
-                await _write(db, index, embedder, workspace, ws["language"], target,
-                             pending[start:start + BATCH], written, privacy)
 
-        old_ids = set((await index.scroll_ids(workspace)).keys())
         async with db.transaction(workspace) as conn:
+            # projection jobs in flight finish first, and what was written meanwhile is caught
+            # up, while writes go on; then no write commits until this transaction does (see
+            # the module docstring: lock order) and the last catch-up takes in the few written
+            # during the previous one
             await outbox.lock_projections_exclusive(conn, workspace)
-            current = await cards.revisions(conn)
-            pending = _diff(current, written)
-            caught_up += len(pending)
-            for start in range(0, len(pending), BATCH):
-                await _write(db, index, embedder, workspace, ws["language"], target,
-                             pending[start:start + BATCH], written, privacy)
+            caught_up += (await catch_up(conn))[0]
+            await lock_workspace(conn, workspace)
+            n, current = await catch_up(conn)
+            caught_up += n
+            if before_switch is not None:
+                await before_switch(target)
             replaced = await index.switch_collection(workspace, target)
             await outbox.record_projections(conn, written)
             await outbox.complete_deletes(conn)

@@ -223,3 +223,12 @@ class Database:
             raise SchemaOutdated(
                 f"schema {self.schema!r} is at version {version}, newer than this code ({newest})"
             )
+
+
+async def lock_workspace(conn: AsyncConnection, workspace: str) -> None:
+    """Take the workspace's write lock (what :meth:`Database.transaction` takes at its start with
+    ``lock="exclusive"``) in a transaction already open on ``conn``; it is released when the
+    transaction ends, and no write of the workspace commits until then (an index rebuild's
+    switch, see :mod:`shared.projection.rebuild`)."""
+    await conn.execute(sql.SQL("SELECT ") + sql.SQL(Q.workspace_lock_expr),
+                       {"workspace": workspace})
