@@ -259,11 +259,36 @@ class RecallResult(msgspec.Struct):
     retrieval: Retrieval
 
 
+#: The budgets of link expansion a recall can hit (DESIGN §5 step 3,
+#: :mod:`shared.recall.expansion`).
+ExpansionBudget = Literal["links_per_card", "links", "lookups"]
+
+
+class ExpansionSummary(msgspec.Struct):
+    """How a recall's link expansion went (DESIGN §5 step 3): ``truncated`` when one of its
+    budgets cut it short, ``budgets`` naming which (``links_per_card``: a card had more outgoing
+    links than the 20 followed; ``links``: the 400 links in total; ``lookups``: the 200 card
+    look-ups), with the links it inspected and the cards it looked up. All zero and false when
+    nothing was expanded (no verified seed)."""
+
+    truncated: bool
+    lookups: int
+    links_inspected: int
+    budgets: list[ExpansionBudget]
+
+    @classmethod
+    def none(cls) -> "ExpansionSummary":
+        """The summary of a recall that expanded nothing."""
+        return cls(truncated=False, lookups=0, links_inspected=0, budgets=[])
+
+
 class RecallResponse(msgspec.Struct):
-    """Recall response; ``excluded`` counts index hits dropped by verification."""
+    """Recall response; ``excluded`` counts index hits dropped by verification, ``expansion``
+    says how link expansion went (and whether a budget cut it short)."""
 
     results: list[RecallResult]
     excluded: int
+    expansion: ExpansionSummary
 
 
 def reject_nul(text: str | None, field: str) -> None:

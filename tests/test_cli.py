@@ -66,6 +66,8 @@ async def test_cli_creates_lists_and_recalls_a_card(make_env, tmp_path, monkeypa
         code, found, _ = await run_cli(capsys, "rules", "--workspace", "acme",
                                        "which day does a week start")
         assert code == 0 and [r["card"]["id"] for r in found["results"]] == [cid]
+        assert found["expansion"] == {"truncated": False, "lookups": 0, "links_inspected": 0,
+                                      "budgets": []}  # a card without links (issue 16)
         code, found, _ = await run_cli(capsys, "solved-search", "--workspace", "acme", "week start")
         assert code == 0 and found["results"] == []
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from shared.index.engine import IndexFilter
 from shared.models import PROJECTION_FORMAT
 from shared.recall.eligibility import CandidateRow
-from shared.recall.expansion import HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS, expand_links
+from shared.recall.expansion import (HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS,
+                                     expand_links)
 from shared.recall.fusion import rrf_fuse
 
 IDS = [uuid.UUID(int=i + 1) for i in range(400)]
@@ -49,7 +50,7 @@ class Readers:
     async def read_links(self, ids):
         out = {}
         for i in ids:
-            out[i] = self.links.get(i, [])[:LINKS_PER_CARD]
+            out[i] = self.links.get(i, [])[:LINKS_PER_CARD + 1]  # as recall reads them
             self.links_served += len(out[i])
         return out
 
@@ -67,8 +68,9 @@ def _run(seeds, eligible, links, **kw):
     return scored, readers, result
 
 
-def _brute_force(seeds, eligible, links):
-    """Best contribution and path per card over all simple eligible paths of 1-2 hops."""
+def _brute_force(seeds, eligible, links, per_card=LINKS_PER_CARD):
+    """Best contribution and path per card over all simple eligible paths of 1-2 hops, along
+    the first ``per_card`` links of each card (None: all of them)."""
     score = {s: 1.0 / (60 + r) for r, s in enumerate(seeds, start=1)}
     best: dict[uuid.UUID, tuple[float, tuple[str, ...]]] = {}
 
@@ -80,11 +82,11 @@ def _brute_force(seeds, eligible, links):
             best[path[-1]] = (c, key)
 
     for s in seeds:
-        for t in links.get(s, [])[:LINKS_PER_CARD]:
+        for t in links.get(s, [])[:per_card]:
             if t == s or not eligible[t]:
                 continue
             offer((s, t))
-            for u in links.get(t, [])[:LINKS_PER_CARD]:
+            for u in links.get(t, [])[:per_card]:
                 if u in (s, t) or not eligible[u]:
                     continue
                 offer((s, t, u))
@@ -96,7 +98,12 @@ def _brute_force(seeds, eligible, links):
 def test_expansion_matches_brute_force_when_budgets_are_not_reached(g):
     cards, eligible, links, seeds = g
     _, readers, result = _run(seeds, eligible, links, max_lookups=10_000, max_links=10_000)
-    expected = _brute_force(seeds, eligible, links)
+    _same_as_brute_force(result, _brute_force(seeds, eligible, links))
+    # with budgets this large only the links per card can cut the expansion short
+    assert result.budgets_hit <= {"links_per_card"}
+
+
+def _same_as_brute_force(result, expected):
     assert set(result.contribution) == set(expected)
     for cid, (contribution, path) in expected.items():
         assert result.contribution[cid] == contribution
@@ -123,6 +130,21 @@ def test_budgets_are_never_exceeded_and_every_path_is_valid(g):
     # deterministic
     _, _, again = _run(seeds, eligible, links)
     assert again.contribution == result.contribution and again.path == result.path
+    assert again.budgets_hit == result.budgets_hit
+    # an expansion that says it was not cut short is the unbounded one (every link followed)
+    if not result.truncated:
+        _same_as_brute_force(result, _brute_force(seeds, eligible, links, per_card=None))
+
+
+def test_an_expansion_within_every_budget_is_not_truncated():
+    a, b, c = IDS[:3]
+    _, _, result = _run([a], {a: True, b: True, c: True}, {a: [b], b: [c]})
+    assert not result.truncated and result.budgets_hit == set()
+    assert (result.links_inspected, result.lookups) == (2, 2)
+    # exactly as many links as are followed is not a cut either
+    seed, targets = IDS[0], IDS[1:21]
+    _, _, result = _run([seed], dict.fromkeys(IDS[:21], True), {seed: targets})
+    assert result.links_inspected == LINKS_PER_CARD and not result.truncated
 
 
 def test_counting_rules_on_a_star():
@@ -137,6 +159,7 @@ def test_counting_rules_on_a_star():
     assert result.lookups == 20
     assert set(result.contribution) == {t for t in targets[:20] if eligible[t]}
     assert all(v == (1 / 61) * 0.5 for v in result.contribution.values())
+    assert result.truncated and result.budgets_hit == {"links_per_card"}
 
 
 def test_lookup_budget_stops_new_cards_but_not_known_ones():
@@ -147,6 +170,23 @@ def test_lookup_budget_stops_new_cards_but_not_known_ones():
     assert result.lookups == MAX_LOOKUPS == 200
     assert result.links_inspected == 300
     assert len(result.contribution) == 200
+    assert result.truncated and result.budgets_hit == {"lookups"}
+
+
+def test_the_link_budget_says_it_cut_the_expansion_short():
+    """25 seeds of 20 links each: the 400 links are inspected (seeds by rank), the last five
+    seeds' links are not, and the expansion says so; a lower budget cuts inside a card."""
+    seeds = IDS[:25]
+    links = {s: IDS[100 + (i % 10) * 20: 120 + (i % 10) * 20] for i, s in enumerate(seeds)}
+    eligible = {c: True for c in IDS}
+    _, _, result = _run(seeds, eligible, links, max_lookups=10_000)
+    assert result.links_inspected == MAX_LINKS == 400
+    assert result.truncated and result.budgets_hit == {"links"}
+    _, _, result = _run(seeds[:1], eligible, links, max_links=5)
+    assert result.links_inspected == 5 and result.budgets_hit == {"links"}
+    # a budget met exactly, with nothing left to read, is not a cut
+    _, _, result = _run(seeds[:1], eligible, links, max_links=20)
+    assert result.links_inspected == 20 and not result.truncated
 
 
 def test_several_paths_never_add_up_and_a_seed_gets_direct_plus_best_linked():

@@ -584,6 +584,7 @@ async def test_the_recall_page_shows_score_path_ranks_and_exclusions(make_env, e
         assert '<td class="col-path memarc-path">direct</td>' in r.text
         assert '<strong class="memarc-excluded">0</strong>' in r.text
         assert '<td class="col-seed_rank type-int">1</td>' in r.text
+        assert "memarc-truncated" not in r.text
 
 
 async def test_the_recall_page_shows_a_linked_cards_path_from_its_seed_as_links(
@@ -598,6 +599,27 @@ async def test_the_recall_page_shows_a_linked_cards_path_from_its_seed_as_links(
         assert (f'<a href="/-/memory/acme/{churn["id"]}" title="Churned customer">{churn["id"][4:12]}</a> → '
                 f'<a href="/-/memory/acme/{rule["id"]}" title="Net revenue excludes cancelled orders">'
                 f'{rule["id"][4:12]}</a>') in path
+        assert ('Link expansion: <strong class="memarc-expansion">1 link inspected, 0 cards '
+                'looked up</strong>.') in r.text
+
+
+async def test_the_recall_page_says_when_a_budget_cut_link_expansion_short(make_env, explorer):
+    """Issue 16: a card with 21 links (20 are followed): the page says which budget."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        targets = [await create(env, "acme", dict(ORDERS_RULE, title=f"Orders note {i}"), h)
+                   for i in range(21)]
+        await create(env, "acme", dict(CHURN_DEF, links=[
+            {"target": t["id"], "meaning": "see also"} for t in targets]), h)
+        await env.drain()
+        ds = explorer(env, {"alice": ["acme"]})
+        r = await get(ds, "/-/memory/acme/-/recall", q="churned customer definition",
+                      mode="search", top=30)
+        assert r.status_code == 200
+        assert ('<strong class="memarc-expansion">20 links inspected, 0 cards looked up</strong>; '
+                '<strong class="memarc-truncated">cut short by its budget: links_per_card</strong>'
+                ) in r.text
 
 
 @pytest.mark.parametrize("params, message", [

@@ -14,6 +14,12 @@ def _rule(title, text, **kw):
     return {"family": "sql_rule", "title": title, "content": {"rule": text}, **kw}
 
 
+async def _create(env, h, body) -> dict:
+    r = await env.client.post(BASE, json=body, headers=h)
+    assert r.status_code == 201, r.text
+    return r.json()["card"]
+
+
 async def _chain(env):
     """Workspace acme: A (monthly churn rate) -> B (penguins) -> C (zebras), plus three churn
     variants, all projected. Returns (headers, A, B, C)."""
@@ -21,9 +27,7 @@ async def _chain(env):
     h = env.token("acme")
 
     async def create(body):
-        r = await env.client.post(BASE, json=body, headers=h)
-        assert r.status_code == 201, r.text
-        return r.json()["card"]
+        return await _create(env, h, body)
 
     c = await create(_rule("Zebra stripes", "Zebras migrate across the savanna in herds."))
     b = await create(_rule("Penguin colonies", "Penguins huddle together on the ice shelf.",
@@ -63,6 +67,52 @@ async def test_linked_cards_gain_the_strongest_linked_contribution_with_its_path
             [b["id"], c["id"]] if via_b > via_a else [a["id"], b["id"], c["id"]])
         scores = [x["score"] for x in results]
         assert scores == sorted(scores, reverse=True)
+
+
+async def test_an_ordinary_recall_says_its_expansion_was_not_cut_short(make_env):
+    """Issue 16: the response says how link expansion went. Six seeds, a -> b -> c: the links of
+    the seeds (a -> b, b -> c), then of the hop-1 cards b and c (b -> c), no look-up (every
+    card was a seed)."""
+    async with make_env() as env:
+        h, a, b, c = await _chain(env)
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "monthly churn rate customers lost", "mode": "rules", "top": 10})
+        assert r.status_code == 200
+        assert r.json()["expansion"] == {"truncated": False, "lookups": 0, "links_inspected": 3,
+                                         "budgets": []}
+
+
+async def test_a_recall_whose_expansion_hit_the_links_per_card_budget_says_so(make_env):
+    """Issue 16: a hub card with 21 outgoing links (the API allows 50); expansion follows the
+    first 20 in target-id order (DESIGN §5), so the response says ``truncated`` with the
+    ``links_per_card`` budget and its counts, and the 21st target is reached by no link path."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        targets = [(await _create(env, h, _rule(
+            f"Warehouse note {i}", f"Warehouse shelf {i} holds spare parts of kind {i}.")))["id"]
+            for i in range(21)]
+        hub = await _create(env, h, _rule(
+            "Monthly churn rate", "Monthly churn rate = customers lost / customers at start.",
+            links=[{"target": t, "meaning": "related"} for t in targets]))
+        await env.drain()
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "monthly churn rate customers lost", "mode": "rules", "top": 30})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["expansion"] == {"truncated": True, "lookups": 0, "links_inspected": 20,
+                                     "budgets": ["links_per_card"]}
+        by_id = {x["card"]["id"]: x for x in body["results"]}
+        assert by_id[hub["id"]]["retrieval"]["path"] == [hub["id"]]
+        followed = sorted(targets, key=lambda t: t[4:])
+        assert all(by_id[t]["retrieval"]["path"] == [hub["id"], t] for t in followed[:20])
+        assert by_id[followed[20]]["retrieval"]["path"] == [followed[20]]
+        # the same recall without the hub among its candidates follows no link at all
+        r = await env.client.post(f"{BASE}/search", headers=h, json={
+            "query": "monthly churn rate customers lost", "mode": "rules", "top": 30,
+            "exclude": [hub["id"]]})
+        assert r.json()["expansion"] == {"truncated": False, "lookups": 0, "links_inspected": 0,
+                                         "budgets": []}
 
 
 async def test_a_card_edited_and_not_yet_projected_is_no_result_and_no_bridge(make_env):

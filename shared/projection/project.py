@@ -16,19 +16,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import ArchiveError
+from shared.errors import ArchiveError, IndexIncompatible
 from shared.index.embedding import Embedder
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
 from shared.projection.documents import projected_document
-from shared.store import cards, outbox, workspaces
+from shared.store import activity_log, cards, outbox, workspaces
 from shared.store.database import Database
 
 log = logging.getLogger(__name__)
 
 #: Operations leased together by one job (one embedding batch).
 BATCH_SIZE = 256
+
+#: The actor of the activity records the projection writes (no token is involved).
+WORKER_ACTOR = "worker"
+#: Their verb, and the outcomes of a projection that did not happen (DESIGN §8).
+PROJECT_VERB = "project"
+PRIVACY_REFUSED = "privacy_refused"
+INDEX_INCOMPATIBLE = "index_incompatible"
 
 
 async def build_points(embedder: Embedder, cards: list[Card], language: str,
@@ -87,6 +94,14 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     written; its operations go back to ``pending`` (``failed`` after ``max_attempts``) with the
     filter's error, and the other cards of the batch are projected.
 
+    Two of these outcomes are state changes a caller must be able to see, so each writes an
+    activity record per card (actor ``worker``, verb ``project``, detail ``{revision, message}``)
+    in the transaction that gives the operations back: ``privacy_refused`` (the filter refused the
+    card) and ``index_incompatible`` (the collection has another layout: every card of the batch
+    stays pending until ``memarc index``). A retry of the same failure is recorded once: a card
+    whose newest record already says the same outcome for the same revision gets no other
+    (:func:`shared.store.activity_log.record_projection_outcomes`).
+
     :raises DatabaseUnavailable: PostgreSQL cannot be reached (the lease then expires and the
         operation is reclaimed by a later sweep).
     """
@@ -106,7 +121,15 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     except ArchiveError as exc:
         report.failed = len(op_ids)
         report.errors.append(exc.message)
-        await _fail(db, workspace, op_ids, exc.message, max_attempts)
+        said = None
+        if isinstance(exc, IndexIncompatible):
+            revisions: dict[uuid.UUID, int | None] = dict.fromkeys(card_ids)
+            for o in ops:  # the newest revision an operation of the card asks for (None: delete)
+                if o["revision"] is not None and o["revision"] > (revisions[o["card_id"]] or 0):
+                    revisions[o["card_id"]] = o["revision"]
+            said = (INDEX_INCOMPATIBLE,
+                    [(cid, revisions[cid], f"{exc.code}: {exc.message}") for cid in card_ids])
+        await _fail(db, workspace, op_ids, exc.message, max_attempts, said)
         return report
     except Exception as exc:  # an engine bug must not lose the operation: record it
         log.exception("projection of %s operations failed", len(op_ids))
@@ -115,24 +138,34 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
         report.errors.append(message)
         await _fail(db, workspace, op_ids, message, max_attempts)
         return report
-    for cid, message in refused.items():
+    for cid, (revision, message) in refused.items():
         ids = [o["id"] for o in ops if o["card_id"] == cid]
         report.failed += len(ids)
         report.errors.append(message)
-        await _fail(db, workspace, ids, message, max_attempts)
+        await _fail(db, workspace, ids, message, max_attempts,
+                    (PRIVACY_REFUSED, [(cid, revision, message)]))
     return report
 
 
-async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max_attempts: int) -> None:
+async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max_attempts: int,
+                said: tuple[str, list[tuple[uuid.UUID, int | None, str]]] | None = None) -> None:
+    """Give the operations back with ``error``; ``said``: the outcome and the
+    ``(card, revision, message)`` failures to record in the activity log, in the same
+    transaction."""
     async with db.transaction(workspace) as conn:
         await outbox.fail(conn, op_ids, error, max_attempts)
+        if said:
+            await activity_log.record_projection_outcomes(
+                conn, workspace, actor=WORKER_ACTOR, verb=PROJECT_VERB, outcome=said[0],
+                failures=said[1])
 
 
 async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                          card_ids: list[uuid.UUID], ops: list[dict[str, Any]],
                          report: ProjectionReport,
-                         privacy: PrivacyFilter) -> dict[uuid.UUID, str]:
-    """Project the cards; returns the cards the privacy filter refused (id -> error), whose
+                         privacy: PrivacyFilter) -> dict[uuid.UUID, tuple[int, str]]:
+    """Project the cards; returns the cards the privacy filter refused (id -> the revision it
+    refused and the error), whose
     operations are left running for the caller to fail. A refused card's old point, if any, is
     deleted (only its id is sent) and its recorded projection forgotten, so no projection of an
     older text stays behind."""
@@ -147,7 +180,7 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
         linked = await cards.linked_questions(conn, [c for c in card_ids if c in current])
         live: list[Card] = []
         docs: list[tuple[dict[str, str], dict[str, Any]]] = []
-        refused: dict[uuid.UUID, str] = {}
+        refused: dict[uuid.UUID, tuple[int, str]] = {}
         for cid in card_ids:
             if cid not in current:
                 continue
@@ -155,7 +188,7 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
                 docs.append(projected_document(current[cid], privacy, linked.get(cid)))
                 live.append(current[cid])
             except PrivacyFilterFailed as exc:
-                refused[cid] = f"{exc.code}: {exc.message}"
+                refused[cid] = (current[cid].revision, f"{exc.code}: {exc.message}")
         await index.ensure_collection(workspace, embedder.layout(ws["language"]))
         if live:
             await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))

@@ -77,8 +77,9 @@ class CandidateRow:
     projected_revision: int | None
     projected_format: int | None
     dependencies: tuple[tuple[str | None, ...], ...]
-    #: the first ``LINKS_PER_CARD`` outgoing link targets in target-id order (DESIGN §5.3), read
-    #: with the row so that expansion needs no separate link query for a card already read
+    #: the first ``LINKS_PER_CARD + 1`` outgoing link targets in target-id order (DESIGN §5.3),
+    #: read with the row so that expansion needs no separate link query for a card already read
+    #: (the one more tells it that the card has more links than it follows)
     links: tuple[uuid.UUID, ...] = ()
 
     @classmethod

@@ -4,6 +4,8 @@ At most ``MAX_HOPS`` hops, ``LINKS_PER_CARD`` links per card in target-id order,
 card look-ups and ``MAX_LINKS`` links in total; every destination and intermediate card must
 itself be eligible. A reached card's contribution is its strongest single path's
 ``seed score × HOP_DECAY^hops``. Pure: the links and rows are read through the callables given.
+The result says which budgets cut the expansion short (:data:`BUDGETS`), so that a recall can say
+so (DESIGN §5 bounds it; issue 16); the hop limit is the expansion's depth, not a budget.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from shared.index.engine import IndexFilter
+from shared.models import ExpansionBudget
 from shared.recall.eligibility import CandidateRow, eligible
 
 MAX_HOPS = 2
@@ -21,16 +24,32 @@ MAX_LOOKUPS = 200
 MAX_LINKS = 400
 HOP_DECAY = 0.5
 
+#: The budgets an expansion can hit: a card had more than ``links_per_card`` outgoing links
+#: (only the first are followed), the ``max_links`` links in total were inspected with links
+#: left unread, or the ``max_lookups`` card look-ups were spent with cards left unread.
+LINKS_PER_CARD_BUDGET: ExpansionBudget = "links_per_card"
+LINKS_BUDGET: ExpansionBudget = "links"
+LOOKUPS_BUDGET: ExpansionBudget = "lookups"
+BUDGETS: tuple[ExpansionBudget, ...] = (LINKS_PER_CARD_BUDGET, LINKS_BUDGET, LOOKUPS_BUDGET)
+
 
 @dataclass
 class Expansion:
-    """Result of link expansion: best linked contribution and path per reached card, and the
-    budgets actually used."""
+    """Result of link expansion: best linked contribution and path per reached card, the
+    budgets actually used, and the budgets that cut it short (``budgets_hit``, of
+    :data:`BUDGETS`)."""
 
     contribution: dict[uuid.UUID, float] = field(default_factory=dict)
     path: dict[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
     links_inspected: int = 0
     lookups: int = 0
+    budgets_hit: set[ExpansionBudget] = field(default_factory=set)
+
+    @property
+    def truncated(self) -> bool:
+        """A budget left links or cards unread that the expansion would otherwise have
+        followed."""
+        return bool(self.budgets_hit)
 
 
 LinkReader = Callable[[list[uuid.UUID]], Awaitable[dict[uuid.UUID, list[uuid.UUID]]]]
@@ -47,7 +66,8 @@ async def expand_links(seeds: list[tuple[uuid.UUID, float]], known: dict[uuid.UU
     :param seeds: verified seeds as ``(id, direct score)`` in seed-rank order.
     :param known: rows already read (the seeds' own verification rows); not counted as look-ups.
     :param read_links: returns, per source, its outgoing targets in target-id order (at least
-        ``links_per_card`` of them when it has that many).
+        ``links_per_card + 1`` of them when it has that many, so that a card with more links
+        than are followed is seen as hitting the ``links_per_card`` budget).
     :param read_rows: returns verification rows for ids (missing cards absent).
 
     Links are read per source card in a stable order (seeds by rank, then hop-1 cards by their
@@ -56,6 +76,11 @@ async def expand_links(seeds: list[tuple[uuid.UUID, float]], known: dict[uuid.UU
     ``max_lookups``. A card is reached only along simple paths whose every card is eligible. A
     card's contribution is the strongest single path's ``seed score × decay^hops``; equal
     contributions keep the lexicographically smallest path (by id text).
+
+    ``budgets_hit`` names each budget that left something unread: ``links_per_card`` when a
+    source within the link budget had more links than are followed, ``links`` when the total
+    stopped the links of a source (its links are read to know it has any), ``lookups`` when a
+    target that needed a look-up was not looked up.
     """
     out = Expansion()
     rows: dict[uuid.UUID, CandidateRow | None] = dict(known)
@@ -66,17 +91,24 @@ async def expand_links(seeds: list[tuple[uuid.UUID, float]], known: dict[uuid.UU
         for path, _ in frontier:
             if path[-1] not in sources:
                 sources.append(path[-1])
-        if not sources or out.links_inspected >= max_links:
+        if not sources:
             break
         links = await read_links(sources)
         # inspect links source by source, within the link budget
         inspected: dict[uuid.UUID, list[uuid.UUID]] = {}
         for src in sources:
-            targets = links.get(src, [])[:links_per_card]
+            available = links.get(src, [])
             room = max_links - out.links_inspected
             if room <= 0:
-                break
+                if available:
+                    out.budgets_hit.add(LINKS_BUDGET)
+                continue
+            targets = available[:links_per_card]
+            if len(available) > links_per_card:
+                out.budgets_hit.add(LINKS_PER_CARD_BUDGET)
             take = targets[:room]
+            if len(take) < len(targets):
+                out.budgets_hit.add(LINKS_BUDGET)
             out.links_inspected += len(take)
             inspected[src] = take
         # look up unknown targets in order, within the look-up budget
@@ -87,6 +119,8 @@ async def expand_links(seeds: list[tuple[uuid.UUID, float]], known: dict[uuid.UU
                     wanted.append(t)
         room = max(0, max_lookups - out.lookups)
         fetch, skipped = wanted[:room], set(wanted[room:])
+        if skipped:
+            out.budgets_hit.add(LOOKUPS_BUDGET)
         if fetch:
             found = await read_rows(fetch)
             out.lookups += len(fetch)

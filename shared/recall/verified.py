@@ -13,7 +13,8 @@ Steps, for one request:
    cards' places.
 3. Expand along outgoing links from the verified seeds (:mod:`shared.recall.expansion`: at most
    2 hops, 20 links per card in target-id order, 200 card look-ups and 400 links in total);
-   every destination and intermediate card must itself be eligible.
+   every destination and intermediate card must itself be eligible. The response's
+   ``expansion`` says whether one of these budgets cut it short, and how much it read.
 4. Score: ``1/(60 + r)`` for the seed at rank r plus the strongest single linked contribution
    ``seed score × 0.5^hops``; ties by card id.
 5. Rebuild every result card from PostgreSQL.
@@ -42,10 +43,11 @@ from shared.auth import Principal
 from shared.errors import IndexUnavailable
 from shared.index.embedding import Embedder
 from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, IndexEngine, IndexFilter, VectorLayout
-from shared.models import RecallResponse, RecallResult, Retrieval, SearchRequest, card_id_str
+from shared.models import (ExpansionSummary, RecallResponse, RecallResult, Retrieval,
+                           SearchRequest, card_id_str)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.recall.eligibility import CandidateRow, build_filter, eligible
-from shared.recall.expansion import LINKS_PER_CARD, Expansion, expand_links
+from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
 from shared.store import cards, outbox, verification, workspaces
@@ -71,8 +73,9 @@ class RecallTimings:
 
 
 async def _candidates(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
-    """Verification rows of ``ids`` (missing cards absent), with their first links."""
-    rows = await verification.candidate_rows(conn, ids, LINKS_PER_CARD)
+    """Verification rows of ``ids`` (missing cards absent), with their first links: one more
+    than expansion follows, so that a card with more links than that is seen."""
+    rows = await verification.candidate_rows(conn, ids, LINKS_PER_CARD + 1)
     return {r["id"]: CandidateRow.from_row(r) for r in rows}
 
 
@@ -129,7 +132,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
             raise IndexUnavailable(
                 f"the index has no collection for workspace {workspace!r} although "
                 f"{counts['current']} cards are recorded as projected: run `memarc index`")
-        return RecallResponse(results=[], excluded=0)
+        return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none())
     branches = profile.branches()
     dense_names = tuple(b for b in branches if b in layout.dense)
     sparse_names = tuple(b for b in branches if b in layout.sparse)
@@ -174,17 +177,23 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                     or round_no == MAX_ROUNDS - 1)
             if not last:
                 continue  # search again, outside the lock, without the dropped hits
-            results = await _rank_and_read(conn, seeds, rows, flt, ranks, req.top, expand, t)
-            return RecallResponse(results=results, excluded=len(dropped))
+            results, expansion = await _rank_and_read(conn, seeds, rows, flt, ranks, req.top,
+                                                      expand, t)
+            summary = ExpansionSummary(
+                truncated=expansion.truncated, lookups=expansion.lookups,
+                links_inspected=expansion.links_inspected,
+                budgets=[b for b in BUDGETS if b in expansion.budgets_hit])
+            return RecallResponse(results=results, excluded=len(dropped), expansion=summary)
     raise AssertionError("unreachable: the last round returns")  # pragma: no cover
 
 
 async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
                          rows: dict[uuid.UUID, CandidateRow | None], flt: IndexFilter,
                          ranks: dict[str, dict[uuid.UUID, int]], top: int, expand: bool,
-                         t: RecallTimings) -> list[RecallResult]:
+                         t: RecallTimings) -> tuple[list[RecallResult], Expansion]:
     """Steps 3-5 on the verified seeds, inside the final round's transaction: link expansion,
-    scores, and the result cards rebuilt from PostgreSQL with their retrieval explanation."""
+    scores, and the result cards rebuilt from PostgreSQL with their retrieval explanation; and
+    the expansion (its budgets used and hit)."""
     clock = time.perf_counter
     seed_scores = [(cid, 1.0 / (RRF_K + r)) for r, cid in enumerate(seeds, start=1)]
     expansion = Expansion()
@@ -193,7 +202,7 @@ async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
 
         async def read_links(ids: list[uuid.UUID]) -> dict[uuid.UUID, list[uuid.UUID]]:
             # every source was read as a candidate row (seeds, then eligible targets), and
-            # each row carries its first LINKS_PER_CARD targets: no query needed
+            # each row carries its first LINKS_PER_CARD + 1 targets: no query needed
             out: dict[uuid.UUID, list[uuid.UUID]] = {}
             for cid in ids:
                 row = rows.get(cid)
@@ -233,4 +242,4 @@ async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
             bm25_rank=branch.get(BM25), key_rank=branch.get(KEY),
             key_bm25_rank=branch.get(KEY_BM25))))
     t.fetch += clock() - t0
-    return results
+    return results, expansion

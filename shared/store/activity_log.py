@@ -26,6 +26,23 @@ async def record(conn: AsyncConnection, workspace_id: str, *, actor: str, verb: 
     })
 
 
+async def record_projection_outcomes(conn: AsyncConnection, workspace_id: str, *, actor: str,
+                                     verb: str, outcome: str,
+                                     failures: list[tuple[uuid.UUID, int | None, str]],
+                                     ) -> list[uuid.UUID]:
+    """Record projections that did not happen, one record per card ``(card, revision, message)``
+    with ``{revision, message}`` as detail, skipping a card whose newest record is already this
+    same verb, outcome and revision (a retried failure is recorded once per revision and
+    outcome). Returns the cards recorded."""
+    if not failures:
+        return []
+    cur = await conn.execute(Q.activity_insert_projection_outcomes, {
+        "workspace": workspace_id, "actor": actor, "verb": verb, "outcome": outcome,
+        "cards": [f[0] for f in failures], "revisions": [f[1] for f in failures],
+        "messages": [f[2][:500] for f in failures]})
+    return [row["card_id"] for row in await cur.fetchall()]
+
+
 async def entries(conn: AsyncConnection, *, verb: str | None = None,
                   card_uuid: uuid.UUID | None = None, outcome: str | None = None,
                   limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

@@ -352,6 +352,26 @@ SELECT workspace_id, rebuild_id, expired_lease FROM workspaces_with_open_rebuild
 INSERT INTO activity (workspace_id, actor, verb, card_id, outcome, detail)
 VALUES (%(workspace)s, %(actor)s, %(verb)s, %(card_id)s, %(outcome)s, %(detail)s);
 
+-- name: activity_insert_projection_outcomes
+-- One record per card of a projection that did not happen (%(cards)s, %(revisions)s and
+-- %(messages)s side by side), unless the card's newest record already says the same thing (same
+-- verb, outcome and revision): a worker retrying the same failure records it once, and an edit,
+-- a retry or another outcome in between makes the next one recorded again. Returns the cards
+-- recorded.
+INSERT INTO activity (workspace_id, actor, verb, card_id, outcome, detail)
+SELECT %(workspace)s, %(actor)s, %(verb)s, c.card_id, %(outcome)s,
+       jsonb_build_object('revision', c.revision, 'message', c.message)
+FROM unnest(%(cards)s::uuid[], %(revisions)s::bigint[], %(messages)s::text[])
+     AS c(card_id, revision, message)
+WHERE NOT EXISTS (
+  SELECT 1
+  FROM (SELECT a.verb, a.outcome, a.detail FROM activity a
+        WHERE a.workspace_id = %(workspace)s AND a.card_id = c.card_id
+        ORDER BY a.at DESC, a.id DESC LIMIT 1) AS newest
+  WHERE newest.verb = %(verb)s AND newest.outcome = %(outcome)s
+    AND coalesce(newest.detail ->> 'revision', '') = coalesce(c.revision::text, ''))
+RETURNING card_id;
+
 -- name: activity_list
 SELECT a.id, a.at, a.actor, a.verb,
        CASE WHEN a.card_id IS NULL THEN NULL ELSE 'mem-' || a.card_id::text END AS card_id,

@@ -359,7 +359,7 @@ def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def search_command(args: argparse.Namespace, mode: str) -> Any:
-    """Verified recall in ``mode`` (search, rules, solved): ``{results, excluded, …}``.
+    """Verified recall in ``mode`` (search, rules, solved): ``{results, excluded, expansion}``.
 
     :raises CliError: ``bad_input``, ``--filters`` is not JSON.
     """
