@@ -498,6 +498,7 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
         # 008's visible text (its function body refers to the column; SQL bodies are not tracked)
         conn.execute("ALTER TABLE memory.cards DROP COLUMN search_text")
         conn.execute("DROP FUNCTION memory.card_visible_text(text, text, text[], jsonb)")
+        conn.execute("DROP INDEX memory.activity_card_recent_idx")  # 009
     return h, cards, theirs
 
 

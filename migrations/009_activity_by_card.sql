@@ -1,4 +1,4 @@
--- 011: a card's activity, newest first, by index (issue 16).
+-- 009: a card's activity, newest first, by index (issue 16).
 --
 -- The worker records a projection that did not happen (privacy_refused, index_incompatible) only
 -- when the card's newest record does not already say the same (query
