@@ -214,6 +214,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             token = demo_token(settings, demo_workspace)
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
+            info["review_token"] = token["review_token"]["token"]
         ds = explorer_app(settings, resources, {}, secret=explorer_secret(settings))
         info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
         print(json.dumps(info, indent=2), file=out, flush=True)

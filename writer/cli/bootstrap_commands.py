@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shared.auth import PERMISSIONS
 from writer.cli.command import CliError, add_command
 
 
@@ -60,7 +61,8 @@ def configure_workspace_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def create_token_command(args: argparse.Namespace) -> Any:
     """``{token, id, workspace, permissions, database, schema}``: the secret is printed once (only
-    its digest is stored); default permission ``memory.read``.
+    its digest is stored); default permission ``memory.read``. A token holding both
+    ``memory.propose`` and ``memory.review`` is created, with a ``warning`` in the output.
 
     :raises CliError: ``bad_input``, ``--expires-in-days`` below 1.
     """
@@ -95,8 +97,10 @@ def configure_token_parser(subparsers: argparse._SubParsersAction) -> None:
     tc.set_defaults(func=create_token_command)
     tc.add_argument("--workspace", required=True, help="workspace the token is bound to")
     tc.add_argument("--permission", action="append",
-                    choices=["memory.read", "memory.manage", "memory.review", "memory.schema"],
-                    help="repeatable; default memory.read")
+                    choices=list(PERMISSIONS),
+                    help="repeatable; default memory.read. memory.propose (an agent's proposals)"
+                         " and memory.review (applying them) belong on separate tokens: one"
+                         " holding both is created with a warning")
     tc.add_argument("--database", help="bind recall to this database")
     tc.add_argument("--schema", help="bind recall to this schema (needs --database)")
     tc.add_argument("--label", help="free text to recognise the token by")
