@@ -149,6 +149,7 @@ async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[st
     the route's permission is a 403 without A's data."""
     a = data["wa"]
     assert authorize in handler.resolve_guards(), (method, path)
+    assert "permission" in handler.opt, f"{method} {path} names no permission"
     permissions = route_permissions(handler)
     assert permissions and set(permissions) <= set(PERMISSIONS), (method, path)
     takes_body = "data" in inspect.signature(handler.fn).parameters \

@@ -56,7 +56,8 @@ class SessionController(Controller):
     tags = ["workflow"]
     security = [{"bearer": []}]
     guards = [authorize, reject_unknown_query]
-    opt = {"permission": "memory.review"}
+    # no default permission: each route names its own, so that a new route has to choose its
+    # side of the reviewer gate (the isolation audit refuses a route without one)
 
     @post("/proposals", responses=PROBLEM_RESPONSES,
           summary="Store a session's proposals", status_code=201,
@@ -90,7 +91,7 @@ class SessionController(Controller):
 
     @post("/review", responses=PROBLEM_RESPONSES,
           summary="Apply a review (idempotent by review_id)", status_code=200,
-          opt={"activity": "review"})
+          opt={"activity": "review", "permission": "memory.review"})
     async def review(self, workflow: NamedDependency[Workflow],
                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                      session_id: FromPath[SessionId],
@@ -110,7 +111,7 @@ class SessionController(Controller):
 
     @post("/solved-index", responses=PROBLEM_RESPONSES,
           summary="Re-queue the projection of a session's receipt",
-          status_code=202, opt={"activity": "solved_index"})
+          status_code=202, opt={"activity": "solved_index", "permission": "memory.review"})
     async def solved_index(self, workflow: NamedDependency[Workflow],
                            principal: NamedDependency[Principal],
                            workspace_id: FromPath[WorkspaceId],
