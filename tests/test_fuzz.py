@@ -4,7 +4,8 @@ Every operation of ``/schema/openapi.json`` is called over real HTTP (uvicorn on
 schema-conforming (positive) and schema-violating (negative) requests, with a valid token of the
 workspace and with hostile ones (the ``Authorization`` header Schemathesis generates from the
 security scheme, often none; a well-formed unknown token; another workspace's; too few
-permissions). For
+permissions: a reader, and the reviewer gate's two sides, a proposing-only and a reviewing-only
+token). For
 each response:
 
 - no 5xx;

@@ -84,8 +84,9 @@ REVIEW_S1 = {"review_id": "rv-1", "selected": [
 @dataclass
 class Session1:
     """Session s-1 of workspace acme: the manage, propose (the agent's) and review (the
-    reviewer's) headers, two manual cards (churn, revenue; projected), four proposals (two additions, a reuse of churn, an update of revenue linking to a new one), and
-    as the stages go on the first proposal response and the review's response and receipt."""
+    reviewer's) headers, two manual cards (churn, revenue; projected), four proposals (two
+    additions, a reuse of churn, an update of revenue linking to a new one), and as the stages
+    go on the first proposal response and the review's response and receipt."""
 
     hm: dict[str, str]
     hp: dict[str, str]

@@ -2,11 +2,11 @@
 
 The reviewer gate (issue 16): proposals need ``memory.propose``; review and solved-index need
 ``memory.review``; the summary either one (the proposer checks its batch, the reviewer reads what
-it applies). Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call :mod:`shared.workflow.sessions` /
-:mod:`shared.workflow.schema_changes`, return. Errors are the shared ones, turned into problem
-details by the app's exception handlers. An idempotent replay (a review id or a schema-change run
-id delivered again) answers the stored result unchanged, with the header
-``Idempotent-Replayed: true``.
+it applies). Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call
+:mod:`shared.workflow.sessions` / :mod:`shared.workflow.schema_changes`, return. Errors are the
+shared ones, turned into problem details by the app's exception handlers. An idempotent replay
+(a review id or a schema-change run id delivered again) answers the stored result unchanged, with
+the header ``Idempotent-Replayed: true``.
 """
 
 from __future__ import annotations
