@@ -85,8 +85,13 @@ def test_migrations_apply_on_the_embedded_server_without_pg_trgm(tmp_path: Path)
     server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
     try:
         url = server.get_uri()
-        applied = migrate(url, "memory", runtime_login=psycopg.conninfo.conninfo_to_dict(url).get("user"))
+        notices: list[str] = []
+        applied = migrate(url, "memory", runtime_login=psycopg.conninfo.conninfo_to_dict(url).get("user"),
+                          notices=notices)
         assert "004_list_indexes" in applied
+        # the operator is told (`memarc migrate` and `memarc up` print the notices), and only that
+        assert [n.split(":")[0] for n in notices] == ["004_list_indexes"], notices
+        assert "pg_trgm is not available" in notices[0], notices
         with psycopg.connect(url, autocommit=True) as conn:
             available = conn.execute("SELECT count(*) FROM pg_available_extensions "
                                      "WHERE name = 'pg_trgm'").fetchone()[0]
@@ -143,7 +148,11 @@ async def test_migration_012_keeps_existing_review_tokens_working_and_new_ones_s
 
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             conn.execute("DELETE FROM memory.schema_migrations WHERE version = 12")
-        assert migrate(env.migrator_url, "memory") == ["012_reviewer_gate"]
+        notices: list[str] = []
+        assert migrate(env.migrator_url, "memory", notices=notices) == ["012_reviewer_gate"]
+        # the operator is told how many tokens now hold both sides of the gate
+        assert len(notices) == 1 and notices[0].startswith(
+            "012_reviewer_gate: 2 token(s) holding memory.review now hold memory.propose"), notices
         got = permissions()
         assert got[old["id"]] == ["memory.propose", "memory.review"]
         assert got[old_schema["id"]] == ["memory.propose", "memory.review", "memory.schema"]
@@ -159,5 +168,6 @@ async def test_migration_012_keeps_existing_review_tokens_working_and_new_ones_s
         # idempotent: applied again, it touches nothing
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             conn.execute("DELETE FROM memory.schema_migrations WHERE version = 12")
-        assert migrate(env.migrator_url, "memory") == ["012_reviewer_gate"]
-        assert permissions() == got
+        notices.clear()
+        assert migrate(env.migrator_url, "memory", notices=notices) == ["012_reviewer_gate"]
+        assert permissions() == got and notices == []

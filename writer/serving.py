@@ -191,10 +191,12 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
     from writer.app import create_app
 
     out = sys.stdout
+    notices: list[str] = []
     applied = await asyncio.to_thread(migrate, settings.migrator_database_url, settings.db_schema,
-                                      login_of(settings.database_url or ""))
+                                      login_of(settings.database_url or ""), notices=notices)
     if applied:
-        print(json.dumps({"migrated": applied}), file=out, flush=True)
+        print(json.dumps({"migrated": applied, **({"notices": notices} if notices else {})}),
+              file=out, flush=True)
     resources = await Resources.open(settings, with_index=True)
     try:
         assert resources.embedder is not None

@@ -25,13 +25,15 @@ def _settings():
 
 
 def migrate_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``{applied: [file names], schema}``; the login of MEMARC_DATABASE_URL joins the runtime
-    and reader roles."""
+    """``{applied: [file names], schema}``, and ``notices`` (``"<migration>: <message>"``) when a
+    migration raised any; the login of MEMARC_DATABASE_URL joins the runtime and reader roles."""
     from shared.store.migrations import login_of, migrate
 
     s = _settings()
-    applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""))
-    return {"applied": applied, "schema": s.db_schema}
+    notices: list[str] = []
+    applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""),
+                      notices=notices)
+    return {"applied": applied, "schema": s.db_schema, **({"notices": notices} if notices else {})}
 
 
 def configure_migrate_parser(subparsers: argparse._SubParsersAction) -> None:
