@@ -116,3 +116,32 @@ async def test_cli_without_a_reachable_writer_exits_4(make_env, monkeypatch, cap
         monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{free_port()}")
         code, _, err = await run_cli(capsys, "list", "--workspace", "acme")
         assert code == 4 and json.loads(err)["code"] == "writer_unreachable"
+
+
+async def test_cli_token_create_splits_the_reviewer_gate_and_warns_about_both(
+        make_env, monkeypatch, capsys):
+    """``memarc token create``: memory.propose and memory.review are separate choices; a token
+    holding both is created when asked for (an administrator's choice), with a warning; the
+    proposing token proposes and cannot review, through the API."""
+    async with live_writer(make_env, monkeypatch) as env:
+        monkeypatch.setenv("MEMARC_MIGRATOR_DATABASE_URL", env.migrator_url)
+        create = ("token", "create", "--workspace", "acme")
+        code, agent, _ = await run_cli(capsys, *create, "--permission", "memory.propose")
+        assert code == 0 and agent["permissions"] == ["memory.propose"] and "warning" not in agent
+        code, both, _ = await run_cli(capsys, *create, "--permission", "memory.review",
+                                      "--permission", "memory.propose")
+        assert code == 0 and both["permissions"] == ["memory.propose", "memory.review"]
+        assert "apply its own proposals" in both["warning"]
+        session = "/api/workspaces/acme/sessions/s"
+        proposal = {"key": "k", "decisions": [{"id": "d", "status": "approved"}],
+                    "family": "sql_rule", "title": "Net revenue",
+                    "content": {"rule": "Exclude refunds from revenue."}}
+        for token, review_status in ((agent, 403), (both, 200)):
+            h = {"Authorization": f"Bearer {token['token']}"}
+            r = await env.client.post(f"{session}-{review_status}/proposals", headers=h,
+                                      json={"proposals": [proposal]})
+            assert r.status_code == 201, r.text
+            r = await env.client.post(f"{session}-{review_status}/review", headers=h,
+                                      json={"review_id": f"rv-{review_status}",
+                                            "selected": [{"key": "k"}]})
+            assert r.status_code == review_status, r.text

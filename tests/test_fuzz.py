@@ -4,7 +4,8 @@ Every operation of ``/schema/openapi.json`` is called over real HTTP (uvicorn on
 schema-conforming (positive) and schema-violating (negative) requests, with a valid token of the
 workspace and with hostile ones (the ``Authorization`` header Schemathesis generates from the
 security scheme, often none; a well-formed unknown token; another workspace's; too few
-permissions). For
+permissions: a reader, and the reviewer gate's two sides, a proposing-only and a reviewing-only
+token). For
 each response:
 
 - no 5xx;
@@ -67,14 +68,21 @@ PROBLEM_FIELDS = {"type", "title", "status", "detail", "code"}
 READ_ROUTES = {("POST", "/api/workspaces/{workspace_id}/memory/search"),
                ("GET", "/api/workspaces/{workspace_id}/memory/status")}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
+_S = "/api/workspaces/{workspace_id}/sessions/{session_id}"
+#: The reviewer gate: the routes a memory.propose token and a memory.review token may use.
+PROPOSE_ROUTES = {("POST", f"{_S}/proposals"), ("GET", f"{_S}/summary")}
+REVIEW_ROUTES = {("GET", f"{_S}/summary"), ("POST", f"{_S}/review"), ("POST", f"{_S}/solved-index")}
+#: The routes each token kind of the hostile runs may use (every other one answers it 403).
+ALLOWED_ROUTES = {"read": READ_ROUTES, "propose": PROPOSE_ROUTES, "review": REVIEW_ROUTES}
 
 
 async def _seed(env) -> dict[str, Any]:
     """Workspaces wa and wb with cards, a session, a rebuild; tokens of every kind."""
     env.workspace("wa")
     env.workspace("wb")
-    full = env.token(WS, "memory.manage", "memory.review", "memory.schema")
-    other = env.token("wb", "memory.manage", "memory.review", "memory.schema")
+    # every permission, the reviewer gate's two included (explicitly: nothing creates it so)
+    full = env.token(WS, "memory.manage", "memory.propose", "memory.review", "memory.schema")
+    other = env.token("wb", "memory.manage", "memory.propose", "memory.review", "memory.schema")
     cards = []
     for h, ws, body in ((full, "wa", CARD), (other, "wb", CARD), (full, "wa", SECOND)):
         r = await env.client.post(f"/api/workspaces/{ws}/memory", json=body, headers=h)
@@ -88,6 +96,7 @@ async def _seed(env) -> dict[str, Any]:
     r = await env.client.post(f"/api/workspaces/{WS}/memory/index", headers=full)
     assert r.status_code == 202, r.text
     return {"full": full, "other": other, "read": env.token(WS, "memory.read"),
+            "propose": env.token(WS, "memory.propose"), "review": env.token(WS, "memory.review"),
             "garbage": {"Authorization": "Bearer mat_" + "x" * 43}, "generated": {},
             "pins": {"workspace_id": WS, "card_id": cards[0], "session_id": "s1",
                      "rebuild_id": r.json()["id"]},
@@ -262,7 +271,7 @@ async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, Cou
                     return lambda route: 401
                 if kind == "other":
                     return lambda route: 404
-                return lambda route: None if route in READ_ROUTES else 403
+                return lambda route: None if route in ALLOWED_ROUTES[kind] else 403
 
             def work() -> dict[str, Counter[str]]:
                 sent = {}
@@ -275,7 +284,7 @@ async def _run_fuzz(make_env, examples: int, derandomize: bool) -> dict[str, Cou
                     sent[f"full/{mode.value}/pinned"] = _fuzz(
                         schema, base_url, seed["full"], pins, counts, mode=mode,
                         examples=examples, cards=cards, derandomize=derandomize)
-                for kind in ("generated", "garbage", "other", "read"):
+                for kind in ("generated", "garbage", "other", *ALLOWED_ROUTES):
                     sent[kind] = _fuzz(schema, base_url, seed[kind], pins, counts,
                                        mode=GenerationMode.POSITIVE,
                                        examples=max(2, examples // 5), cards=cards,

@@ -25,10 +25,10 @@ from shared.store.listing import ListQuery
 from shared.workflow.requests import ProposeRequest, ReviewRequest
 from shared.workflow.schema_changes import SchemaChangeRequest
 from writer.app import create_app
-from writer.auth import authorize
+from writer.auth import authorize, route_permissions
 from writer.cli import COMMANDS, main
 
-ALL = ("memory.manage", "memory.review", "memory.schema")
+ALL = ("memory.manage", "memory.propose", "memory.review", "memory.schema")
 #: Tables that hold no workspace data (migration bookkeeping, projection format history).
 GLOBAL_TABLES = {"schema_migrations", "projection_formats"}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
@@ -149,8 +149,9 @@ async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[st
     the route's permission is a 403 without A's data."""
     a = data["wa"]
     assert authorize in handler.resolve_guards(), (method, path)
-    permission = handler.opt.get("permission")
-    assert permission in PERMISSIONS, (method, path)
+    assert "permission" in handler.opt, f"{method} {path} names no permission"
+    permissions = route_permissions(handler)
+    assert permissions and set(permissions) <= set(PERMISSIONS), (method, path)
     takes_body = "data" in inspect.signature(handler.fn).parameters \
         or "request" in inspect.signature(handler.fn).parameters
     assert takes_body == ((method, path) in table), f"add a body for {method} {path}"
@@ -169,9 +170,9 @@ async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[st
         # (the ids the caller sent may be echoed, as for any missing id)
         assert_no_secrets(_public_body(r), [x for x in a["secrets"] if x not in url],
                           (method, path, "wb"))
-    # A token of workspace A with every permission but the one the route needs: 403
-    others = [p for p in PERMISSIONS if p != permission
-              and not (permission == "memory.read" and p == "memory.manage")]
+    # A token of workspace A with every permission but the one(s) the route takes: 403
+    others = [p for p in PERMISSIONS if p not in permissions
+              and not ("memory.read" in permissions and p == "memory.manage")]
     r = await call(env, method, fill(path, a, "wa"), body, env.token("wa", *others))
     assert r.status_code == 403, (method, path, r.status_code, r.text)
     assert_no_secrets(_public_body(r), a["secrets"], (method, path, "perm"))
@@ -258,13 +259,17 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
         monkeypatch.setenv("MEMARC_URL", url)
         reader = env.token("wa", "memory.read")["Authorization"].split()[1]
         review_only = env.token("wa", "memory.review")["Authorization"].split()[1]
+        propose_only = env.token("wa", "memory.propose")["Authorization"].split()[1]
+        # the token that lacks the command's permission: a reader, or the nearest other token
+        # (the reviewer gate: a proposing token cannot review, a reviewing one cannot propose)
+        lacking = {**dict.fromkeys(("search", "rules", "solved-search", "status", "propose"),
+                                   review_only),
+                   **dict.fromkeys(("review-apply", "solved-index"), propose_only)}
         other = data["h"]["wb"]["Authorization"].split()[1]
         try:
             for name, argv in argvs.items():
                 for token, codes in ((other, {"not_found"}),
-                                     (reader if name not in ("search", "rules", "solved-search",
-                                                             "status") else review_only,
-                                      {"forbidden"})):
+                                     (lacking.get(name, reader), {"forbidden"})):
                     with subtests.test(command=name, expected=next(iter(codes))):
                         monkeypatch.setenv("MEMARC_TOKEN", token)
                         capsys.readouterr()

@@ -107,7 +107,7 @@ async def test_an_unknown_query_parameter_is_refused_not_ignored(make_env):
 async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env, subtests):
     async with make_env() as env:
         env.workspace("acme")
-        h = env.token("acme", "memory.manage", "memory.review")
+        h = env.token("acme", "memory.manage", "memory.propose", "memory.review")
         target = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             for name, method, path, params, body, limit in limit_cases(target):
@@ -126,7 +126,7 @@ async def test_an_import_over_its_card_count_or_size_is_a_4xx_recorded_as_reject
     activity record and nothing else."""
     async with make_env() as env:
         env.workspace("acme")
-        h = env.token("acme", "memory.manage", "memory.review")
+        h = env.token("acme", "memory.manage", "memory.propose", "memory.review")
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             lines = "\n".join(json.dumps({"key": f"k{i}", **RULE, "title": f"t{i}"})
                               for i in range(MAX_IMPORT_CARDS + 1))
@@ -272,7 +272,7 @@ def _mutating_routes(app) -> dict[tuple[str, str], str]:
 async def test_every_mutating_route_records_success_and_rejection(make_env, subtests):
     async with make_env() as env:
         env.workspace("acme")
-        h = env.token("acme", "memory.manage", "memory.review", "memory.schema")
+        h = env.token("acme", "memory.manage", "memory.propose", "memory.review", "memory.schema")
         routes = _mutating_routes(create_app(env.settings, env.resources))
         card = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
         m = "/api/workspaces/{workspace_id:str}/memory"

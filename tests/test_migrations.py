@@ -85,8 +85,13 @@ def test_migrations_apply_on_the_embedded_server_without_pg_trgm(tmp_path: Path)
     server = pgserver.get_server(tmp_path / "pg", cleanup_mode="stop")
     try:
         url = server.get_uri()
-        applied = migrate(url, "memory", runtime_login=psycopg.conninfo.conninfo_to_dict(url).get("user"))
+        notices: list[str] = []
+        applied = migrate(url, "memory", runtime_login=psycopg.conninfo.conninfo_to_dict(url).get("user"),
+                          notices=notices)
         assert "004_list_indexes" in applied
+        # the operator is told (`memarc migrate` and `memarc up` print the notices), and only that
+        assert [n.split(":")[0] for n in notices] == ["004_list_indexes"], notices
+        assert "pg_trgm is not available" in notices[0], notices
         with psycopg.connect(url, autocommit=True) as conn:
             available = conn.execute("SELECT count(*) FROM pg_available_extensions "
                                      "WHERE name = 'pg_trgm'").fetchone()[0]
@@ -109,3 +114,60 @@ def test_migrations_apply_on_the_embedded_server_without_pg_trgm(tmp_path: Path)
             assert (found, key) == (1, 0)  # the visible text (migration 008), not the JSON key
     finally:
         server.cleanup()
+
+
+async def test_migration_010_keeps_existing_review_tokens_working_and_new_ones_split(make_env):
+    """The reviewer gate's upgrade (issue 16): a token that held memory.review before 010 could
+    propose and review; after 010 it still can (memory.propose added), a revoked one and every
+    other token are left as they were, and a second run changes nothing."""
+    from shared.store.bootstrap import create_token, revoke_token
+
+    async with make_env() as env:
+        env.workspace("acme")
+        session = "/api/workspaces/acme/sessions/s"
+        proposal = {"key": "k", "decisions": [{"id": "d", "status": "approved"}],
+                    "family": "sql_rule", "title": "Net revenue",
+                    "content": {"rule": "Exclude refunds from revenue."}}
+
+        def made(*perms: str) -> dict:
+            return create_token(env.migrator_url, "memory", "acme", list(perms))
+
+        old, old_schema, revoked = (made("memory.review"),
+                                    made("memory.review", "memory.schema"), made("memory.review"))
+        others = {"manage": made("memory.manage"), "propose": made("memory.propose")}
+        revoke_token(env.migrator_url, "memory", revoked["id"])
+        h = {"Authorization": f"Bearer {old['token']}"}
+        # what a pre-010 memory.review token is under the new code before the upgrade: no proposing
+        r = await env.client.post(f"{session}/proposals", headers=h, json={"proposals": [proposal]})
+        assert r.status_code == 403 and r.json()["code"] == "forbidden", r.text
+
+        def permissions() -> dict[str, list[str]]:
+            with psycopg.connect(env.migrator_url) as conn:
+                return {str(i): p for i, p in conn.execute(
+                    "SELECT id, permissions FROM memory.api_tokens")}
+
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM memory.schema_migrations WHERE version = 10")
+        notices: list[str] = []
+        assert migrate(env.migrator_url, "memory", notices=notices) == ["010_reviewer_gate"]
+        # the operator is told how many tokens now hold both sides of the gate
+        assert len(notices) == 1 and notices[0].startswith(
+            "010_reviewer_gate: 2 token(s) holding memory.review now hold memory.propose"), notices
+        got = permissions()
+        assert got[old["id"]] == ["memory.propose", "memory.review"]
+        assert got[old_schema["id"]] == ["memory.propose", "memory.review", "memory.schema"]
+        assert got[revoked["id"]] == ["memory.review"]
+        assert {k: got[t["id"]] for k, t in others.items()} == {
+            "manage": ["memory.manage"], "propose": ["memory.propose"]}
+        # the upgraded token does what it did before 010: propose, then review
+        r = await env.client.post(f"{session}/proposals", headers=h, json={"proposals": [proposal]})
+        assert r.status_code == 201, r.text
+        r = await env.client.post(f"{session}/review", headers=h,
+                                  json={"review_id": "rv", "selected": [{"key": "k"}]})
+        assert r.status_code == 200 and r.json()["items"][0]["action"] == "created", r.text
+        # idempotent: applied again, it touches nothing
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM memory.schema_migrations WHERE version = 10")
+        notices.clear()
+        assert migrate(env.migrator_url, "memory", notices=notices) == ["010_reviewer_gate"]
+        assert permissions() == got and notices == []

@@ -256,6 +256,7 @@ async def test_permissions_bindings_and_bad_input(make_env):
         run = {"run_id": "r", "database": "shop", "schema": "public", "removed_tables": ["orders"]}
         for headers, status in ((env.token("acme", "memory.manage"), 403),
                                 (env.token("acme", "memory.review"), 403),
+                                (env.token("acme", "memory.propose"), 403),
                                 (env.token("other", "memory.schema"), 404),
                                 (env.token("acme", "memory.schema", database="crm"), 403),
                                 (env.token("acme", "memory.schema", database="shop",

@@ -43,3 +43,38 @@ async def test_a_new_demo_start_revokes_the_previous_demo_token(make_env):
         assert r.status_code == 401 and r.json()["code"] == "unauthorized", r.text
         assert (await env.client.get(f"{base}/status", headers=other)).status_code == 200
         assert revoke_labelled_tokens(env.migrator_url, "memory", "bird", DEMO_TOKEN_LABEL) == 0
+
+
+async def test_the_demo_tokens_keep_the_reviewer_gate(make_env):
+    """`memarc up --demo` prints the assistant's token (manage + propose) and the reviewer's
+    (review): neither can apply its own proposals, both are revoked by the next start."""
+    from writer.demo import demo_token
+
+    async with make_env() as env:
+        first = demo_token(env.settings, "bird")
+        tokens = (first, first["review_token"])
+        assert [t["permissions"] for t in tokens] == [["memory.manage", "memory.propose"],
+                                                      ["memory.review"]]
+        assert all("warning" not in t for t in tokens)
+        agent, reviewer = ({"Authorization": f"Bearer {t['token']}"} for t in tokens)
+        session = "/api/workspaces/bird/sessions/demo"
+        proposal = {"key": "k", "decisions": [{"id": "d", "status": "approved"}],
+                    "family": "sql_rule", "title": "Net revenue",
+                    "content": {"rule": "Exclude refunds from revenue."}}
+        r = await env.client.post(f"{session}/proposals", headers=agent,
+                                  json={"proposals": [proposal]})
+        assert r.status_code == 201, r.text
+        review = {"review_id": "rv", "selected": [{"key": "k"}]}
+        r = await env.client.post(f"{session}/review", headers=agent, json=review)
+        assert r.status_code == 403 and r.json()["code"] == "forbidden", r.text
+        r = await env.client.post(f"{session}/proposals", headers=reviewer,
+                                  json={"proposals": [proposal]})
+        assert r.status_code == 403, r.text
+        r = await env.client.post(f"{session}/review", headers=reviewer, json=review)
+        assert r.status_code == 200, r.text
+        # the next start revokes both
+        second = demo_token(env.settings, "bird")
+        for h in (agent, reviewer):
+            r = await env.client.get("/api/workspaces/bird/memory/status", headers=h)
+            assert r.status_code == 401, r.text
+        assert second["token"] != first["token"]

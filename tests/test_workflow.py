@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,17 @@ def solved(**kw):
             **kw}
 
 
+Headers = dict[str, str]
+
+
+def _tokens(env, ws: str = "acme") -> tuple[Headers, Headers, Headers]:
+    """Headers of three tokens of ``ws``: an administrator's (``memory.manage``), the proposing
+    agent's (``memory.propose``) and the reviewer's (``memory.review``), as the reviewer gate
+    wants them: separate."""
+    return (env.token(ws, "memory.manage"), env.token(ws, "memory.propose"),
+            env.token(ws, "memory.review"))
+
+
 async def _card(env, h, body, ws="acme"):
     r = await env.client.post(f"/api/workspaces/{ws}/memory", json=body, headers=h)
     assert r.status_code == 201, r.text
@@ -71,11 +83,13 @@ REVIEW_S1 = {"review_id": "rv-1", "selected": [
 
 @dataclass
 class Session1:
-    """Session s-1 of workspace acme: two manual cards (churn, revenue; projected), four
-    proposals (two additions, a reuse of churn, an update of revenue linking to a new one), and
-    as the stages go on the first proposal response and the review's response and receipt."""
+    """Session s-1 of workspace acme: the manage, propose (the agent's) and review (the
+    reviewer's) headers, two manual cards (churn, revenue; projected), four proposals (two
+    additions, a reuse of churn, an update of revenue linking to a new one), and as the stages
+    go on the first proposal response and the review's response and receipt."""
 
     hm: dict[str, str]
+    hp: dict[str, str]
     hr: dict[str, str]
     churn: dict[str, Any]
     revenue: dict[str, Any]
@@ -96,7 +110,7 @@ class Session1:
 async def _session_1(env, *, propose: bool = True, review: bool = False) -> Session1:
     """Session s-1 up to its proposals (``propose``) or its review (``review``)."""
     env.workspace("acme")
-    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    hm, hp, hr = _tokens(env)
     churn = await _card(env, hm, CHURN)
     revenue = await _card(env, hm, REVENUE)
     await env.drain()
@@ -113,9 +127,9 @@ async def _session_1(env, *, propose: bool = True, review: bool = False) -> Sess
          "links": [{"target": "active", "meaning": "see"}],
          "decisions": [{"id": "d-4", "status": "Approved"}]},
     ]
-    session = Session1(hm, hr, churn, revenue, proposals)
+    session = Session1(hm, hp, hr, churn, revenue, proposals)
     if propose or review:
-        session.proposed = await _propose(env, hr, "s-1", proposals)
+        session.proposed = await _propose(env, hp, "s-1", proposals)
     if review:
         session.review = await _review(env, hr, "s-1", REVIEW_S1)
     return session
@@ -125,14 +139,14 @@ async def test_propose_classifies_each_proposal_and_a_retried_batch_stores_nothi
         make_env):
     async with make_env() as env:
         s = await _session_1(env, propose=False)
-        res = await _propose(env, s.hr, "s-1", s.proposals)
+        res = await _propose(env, s.hp, "s-1", s.proposals)
         assert [(p["key"], p["action"], p["stored"]) for p in res["proposals"]] == [
             ("active", "create", "new"), ("q1", "create", "new"),
             ("churn-again", "reuse", "new"), ("rev-upd", "update", "new")]
         assert res["proposals"][2]["card_id"] == s.churn["id"]
         assert res["session_total"] == 4
         # a retried delivery of the same batch stores nothing twice
-        again = await _propose(env, s.hr, "s-1", s.proposals)
+        again = await _propose(env, s.hp, "s-1", s.proposals)
         assert [p["stored"] for p in again["proposals"]] == ["unchanged"] * 4
         assert again["session_total"] == 4
 
@@ -140,7 +154,9 @@ async def test_propose_classifies_each_proposal_and_a_retried_batch_stores_nothi
 async def test_the_summary_shows_each_proposed_card_and_the_changes_of_an_update(make_env):
     async with make_env() as env:
         s = await _session_1(env)
-        summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hr)).json()
+        summary = (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hp)).json()
+        # the reviewer reads the same document as the proposer
+        assert (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hr)).json() == summary
         items = {i["key"]: i for i in summary["proposals"]}
         assert summary["counts"] == {"total": 4, "create": 2, "reuse": 1, "update": 1,
                                      "stale": 0, "possible_duplicates": 0, "with_problems": 0}
@@ -243,7 +259,7 @@ async def test_solved_index_requeues_what_the_review_recorded(make_env):
 async def test_a_reviewed_session_takes_no_more_proposals_and_no_second_review(make_env):
     async with make_env() as env:
         s = await _session_1(env, review=True)
-        r = await env.client.post(f"{SESSION}/s-1/proposals", headers=s.hr,
+        r = await env.client.post(f"{SESSION}/s-1/proposals", headers=s.hp,
                                   json={"proposals": [active_def(key="late")]})
         assert r.status_code == 409 and r.json()["review_id"] == "rv-1"
         r = await _review(env, s.hr, "s-1", {"review_id": "rv-other", "decline_all": True}, 409)
@@ -259,16 +275,16 @@ async def _reviewed_session_2(env) -> tuple[dict[str, str], dict[str, str], dict
     """Session s-2 (an addition and a solved question linking to it), reviewed once; returns
     (manage headers, review headers, the receipt)."""
     env.workspace("acme")
-    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
-    await _propose(env, hr, "s-2", [active_def(), solved()])
+    hm, hp, hr = _tokens(env)
+    await _propose(env, hp, "s-2", [active_def(), solved()])
     return hm, hr, (await _review(env, hr, "s-2", REVIEW_S2)).json()
 
 
 async def test_replaying_a_review_five_times_concurrently_creates_each_card_once(make_env):
     async with make_env() as env:
         env.workspace("acme")
-        hr = env.token("acme", "memory.review")
-        await _propose(env, hr, "s-2", [active_def(), solved()])
+        _, hp, hr = _tokens(env)
+        await _propose(env, hp, "s-2", [active_def(), solved()])
         responses = await asyncio.gather(*(
             env.client.post(f"{SESSION}/s-2/review", json=REVIEW_S2, headers=hr)
             for _ in range(5)))
@@ -314,10 +330,10 @@ async def test_a_review_id_reused_for_another_request_or_session_is_refused(make
 async def test_a_batch_with_one_stale_update_writes_nothing_and_names_it(make_env):
     async with make_env() as env:
         env.workspace("acme")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+        hm, hp, hr = _tokens(env)
         revenue = await _card(env, hm, REVENUE)
         churn = await _card(env, hm, CHURN)
-        await _propose(env, hr, "s-3", [
+        await _propose(env, hp, "s-3", [
             active_def(),
             solved(),
             {"key": "churn-upd", "kind": "update", "card_id": churn["id"], "revision": 1,
@@ -357,9 +373,9 @@ async def test_a_batch_with_one_stale_update_writes_nothing_and_names_it(make_en
 async def test_an_update_of_a_card_deleted_since_is_stale(make_env):
     async with make_env() as env:
         env.workspace("acme")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+        hm, hp, hr = _tokens(env)
         churn = await _card(env, hm, CHURN)
-        await _propose(env, hr, "s-3b", [{"key": "u", "kind": "update", "card_id": churn["id"],
+        await _propose(env, hp, "s-3b", [{"key": "u", "kind": "update", "card_id": churn["id"],
                                           "revision": 1, "title": "Churn", "decisions": APPROVED}])
         assert (await env.client.delete(f"{MEM}/{churn['id']}", headers=hm)).status_code == 200
         r = await _review(env, hr, "s-3b", {"review_id": "rv-3b", "selected": [{"key": "u"}]}, 409)
@@ -367,28 +383,28 @@ async def test_an_update_of_a_card_deleted_since_is_stale(make_env):
         assert "deleted" in r.json()["detail"]
 
 
-async def _two_workspaces(env) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
-    """Workspaces acme and other, a card in other; returns (acme's manage headers, acme's
-    review headers, other's card)."""
+async def _two_workspaces(env) -> tuple[Headers, Headers, Headers, dict[str, Any]]:
+    """Workspaces acme and other, a card in other; returns acme's manage, propose and review
+    headers, and other's card."""
     env.workspace("acme")
     env.workspace("other")
-    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    hm, hp, hr = _tokens(env)
     theirs = await _card(env, env.token("other", "memory.manage"), CHURN, ws="other")
-    return hm, hr, theirs
+    return hm, hp, hr, theirs
 
 
-async def _cycle_reviewed(env, hr) -> dict[str, str]:
+async def _cycle_reviewed(env, hp, hr) -> dict[str, str]:
     """Session s-4: two new cards linking each other (a cycle), both reviewed; their ids by key."""
     a = active_def(links=[{"target": "q1", "meaning": "example"}])
-    await _propose(env, hr, "s-4", [a, solved()])
+    await _propose(env, hp, "s-4", [a, solved()])
     receipt = (await _review(env, hr, "s-4", {"review_id": "rv-4", "selected": [
         {"key": "active"}, {"key": "q1"}]})).json()
     return {i["key"]: i["card_id"] for i in receipt["items"]}
 
 
-async def _session_5(env, hr) -> None:
+async def _session_5(env, hp) -> None:
     """Session s-5: an addition and a solved question linking to it by key."""
-    await _propose(env, hr, "s-5", [
+    await _propose(env, hp, "s-5", [
         active_def(content={"definition": "A customer who bought this week."}),
         solved(content={"question": "Active customers per region?",
                         "sql": "SELECT region, count(*) FROM customers GROUP BY region"})])
@@ -396,8 +412,8 @@ async def _session_5(env, hr) -> None:
 
 async def test_new_cards_linking_each_other_resolve_inside_one_review(make_env):
     async with make_env() as env:
-        hm, hr, _ = await _two_workspaces(env)
-        ids = await _cycle_reviewed(env, hr)
+        hm, hp, hr, _ = await _two_workspaces(env)
+        ids = await _cycle_reviewed(env, hp, hr)
         active = (await env.client.get(f"{MEM}/{ids['active']}", headers=hm)).json()["card"]
         q1 = (await env.client.get(f"{MEM}/{ids['q1']}", headers=hm)).json()["card"]
         assert active["links"] == [{"target": ids["q1"], "meaning": "example"}]
@@ -407,8 +423,8 @@ async def test_new_cards_linking_each_other_resolve_inside_one_review(make_env):
 async def test_a_proposal_linking_to_another_workspaces_card_is_refused_like_a_missing_card(
         make_env):
     async with make_env() as env:
-        _, hr, theirs = await _two_workspaces(env)
-        r = await env.client.post(f"{SESSION}/s-5/proposals", headers=hr, json={"proposals": [
+        _, hp, _, theirs = await _two_workspaces(env)
+        r = await env.client.post(f"{SESSION}/s-5/proposals", headers=hp, json={"proposals": [
             active_def(links=[{"target": theirs["id"]}])]})
         assert r.status_code == 422 and r.json()["item"] == "active"
         assert "not a card of this workspace" in r.json()["detail"]
@@ -416,8 +432,8 @@ async def test_a_proposal_linking_to_another_workspaces_card_is_refused_like_a_m
 
 async def test_an_update_proposal_of_another_workspaces_card_is_refused(make_env):
     async with make_env() as env:
-        _, hr, theirs = await _two_workspaces(env)
-        r = await env.client.post(f"{SESSION}/s-6/proposals", headers=hr, json={"proposals": [
+        _, hp, _, theirs = await _two_workspaces(env)
+        r = await env.client.post(f"{SESSION}/s-6/proposals", headers=hp, json={"proposals": [
             {"key": "u", "kind": "update", "card_id": theirs["id"], "revision": 1,
              "title": "mine now", "decisions": APPROVED}]})
         assert r.status_code == 422 and "not a card of this workspace" in r.json()["detail"]
@@ -427,8 +443,8 @@ async def test_an_update_proposal_of_another_workspaces_card_is_refused(make_env
 async def test_a_reviewers_edit_linking_to_another_workspace_fails_the_batch_naming_the_item(
         make_env):
     async with make_env() as env:
-        _, hr, theirs = await _two_workspaces(env)
-        await _session_5(env, hr)
+        _, hp, hr, theirs = await _two_workspaces(env)
+        await _session_5(env, hp)
         r = await _review(env, hr, "s-5", {"review_id": "rv-5", "selected": [
             {"key": "active"},
             {"key": "q1", "edits": {"links": [{"target": "active"},
@@ -442,17 +458,17 @@ async def test_a_reviewers_edit_linking_to_another_workspace_fails_the_batch_nam
 
 async def test_a_link_by_key_to_a_proposal_not_selected_fails_the_review(make_env):
     async with make_env() as env:
-        _, hr, _ = await _two_workspaces(env)
-        await _session_5(env, hr)
+        _, hp, hr, _ = await _two_workspaces(env)
+        await _session_5(env, hp)
         r = await _review(env, hr, "s-5", {"review_id": "rv-5", "selected": [{"key": "q1"}]}, 422)
         assert r.json()["item"] == "q1" and "not selected" in r.json()["detail"]
 
 
 async def test_a_reused_card_is_not_written_but_an_invalid_link_on_it_fails_the_batch(make_env):
     async with make_env() as env:
-        _, hr, theirs = await _two_workspaces(env)
-        ids = await _cycle_reviewed(env, hr)
-        await _propose(env, hr, "s-7", [active_def()])  # identical to the s-4 card
+        _, hp, hr, theirs = await _two_workspaces(env)
+        ids = await _cycle_reviewed(env, hp, hr)
+        await _propose(env, hp, "s-7", [active_def()])  # identical to the s-4 card
         r = await _review(env, hr, "s-7", {"review_id": "rv-7", "selected": [
             {"key": "active", "edits": {"links": [{"target": theirs["id"]}]}}]}, 422)
         assert r.json()["item"] == "active"
@@ -500,8 +516,8 @@ async def test_an_invalid_proposal_batch_is_refused_naming_the_item_and_stores_n
         make_env, batch, item, words, field):
     async with make_env() as env:
         env.workspace("acme")
-        hr = env.token("acme", "memory.review")
-        r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr,
+        hp = env.token("acme", "memory.propose")
+        r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hp,
                                   json={"proposals": batch})
         assert r.status_code == 422, r.text
         assert r.headers["content-type"].startswith("application/problem+json")
@@ -515,41 +531,144 @@ async def test_an_invalid_proposal_batch_is_refused_naming_the_item_and_stores_n
                           "AND outcome = 'rejected:invalid_input'") == 1
 
 
-async def _proposed_session_r(env) -> tuple[dict[str, str], dict[str, str]]:
+async def _proposed_session_r(env) -> tuple[Headers, Headers, Headers]:
     """Workspaces acme and other; session s-r of acme holds an addition and a solved question;
-    returns acme's (manage, review) headers."""
+    returns acme's (manage, propose, review) headers."""
     env.workspace("acme")
     env.workspace("other")
-    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
-    await _propose(env, hr, "s-r", [active_def(), solved()])
-    return hm, hr
+    hm, hp, hr = _tokens(env)
+    await _propose(env, hp, "s-r", [active_def(), solved()])
+    return hm, hp, hr
 
 
-@pytest.mark.parametrize("method, path, body", [
-    ("POST", f"{SESSION}/s-r/proposals", {"proposals": [active_def()]}),
-    ("GET", f"{SESSION}/s-r/summary", None),
-    ("POST", f"{SESSION}/s-r/review", {"review_id": "x", "decline_all": True}),
-    ("POST", f"{SESSION}/s-r/solved-index", None),
-], ids=["proposals", "summary", "review", "solved-index"])
-async def test_a_session_route_needs_the_review_permission_of_its_workspace(
-        make_env, method, path, body):
-    """Permission missing -> 403; another workspace's token -> 404; no token -> 401."""
+#: The session routes and the permissions that open each one (the reviewer gate, issue 16):
+#: proposing is memory.propose, applying and re-projecting a review memory.review, the summary
+#: either one; manage and schema open none of them.
+SESSION_ROUTES = {
+    "proposals": ("POST", f"{SESSION}/s-r/proposals", {"proposals": [active_def()]},
+                  {"memory.propose"}),
+    "summary": ("GET", f"{SESSION}/s-r/summary", None, {"memory.propose", "memory.review"}),
+    "review": ("POST", f"{SESSION}/s-r/review", {"review_id": "x", "decline_all": True},
+               {"memory.review"}),
+    "solved-index": ("POST", f"{SESSION}/s-r/solved-index", None, {"memory.review"}),
+}
+SESSION_PERMISSIONS = ("memory.read", "memory.manage", "memory.propose", "memory.review",
+                       "memory.schema")
+
+
+@pytest.mark.parametrize("method, path, body, allowed", SESSION_ROUTES.values(),
+                         ids=SESSION_ROUTES.keys())
+async def test_a_session_route_needs_its_own_permission_of_its_workspace(
+        make_env, method, path, body, allowed):
+    """Permission missing -> 403 problem details naming it, nothing written but the rejection's
+    activity record; another workspace's token -> 404; no token -> 401; the route's permission
+    -> not a 401/403/404 (a 404 only for solved-index before the review)."""
     async with make_env() as env:
-        hm, _ = await _proposed_session_r(env)
-        hb = env.token("other", "memory.review")
-        for headers, status in ((hm, 403), (env.token("acme", "memory.schema"), 403),
-                                (hb, 404), ({}, 401)):
+        await _proposed_session_r(env)
+        hb = env.token("other", *SESSION_PERMISSIONS)
+        for permission in SESSION_PERMISSIONS:
+            if permission in allowed:
+                continue
+            before = env.scalar("SELECT count(*) FROM memory.activity")
+            r = await env.client.request(method, path, json=body,
+                                         headers=env.token("acme", permission))
+            assert r.status_code == 403, (method, path, permission, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            problem = r.json()
+            assert problem["code"] == "forbidden" and problem["permissions"] == sorted(allowed)
+            assert "Active customer" not in r.text
+            assert env.scalar("SELECT count(*) FROM memory.activity") == before + (method == "POST")
+        for headers, status in ((hb, 404), ({}, 401)):
             r = await env.client.request(method, path, json=body, headers=headers)
             assert r.status_code == status, (method, path, status, r.text)
         r = await env.client.request(method, path, json=body, headers=hb)
         assert "Active customer" not in r.text
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+        assert env.scalar("SELECT count(*) FROM memory.session_proposals") == 2
+        for permission in allowed:
+            r = await env.client.request(method, path, json=body,
+                                         headers=env.token("acme", permission))
+            assert r.status_code in (200, 201, 202) or (
+                path.endswith("/solved-index") and r.json()["code"] == "not_found"), r.text
+
+
+async def _token(env, *permissions: str) -> tuple[Headers, str, dict[str, Any]]:
+    """A token of acme created as ``memarc token create`` does: (headers, its activity actor
+    ``token:<id>``, what create_token answered)."""
+    from shared.store.bootstrap import create_token
+
+    created = create_token(env.migrator_url, "memory", "acme", list(permissions))
+    return ({"Authorization": f"Bearer {created['token']}"}, f"token:{created['id']}", created)
+
+
+async def _activity(env, hm, verb: str) -> list[dict[str, Any]]:
+    r = await env.client.get(f"{MEM}/activity", params={"verb": verb}, headers=hm)
+    assert r.status_code == 200, r.text
+    return r.json()["activity"]
+
+
+async def test_the_reviewer_gate_a_proposing_agent_cannot_apply_its_own_proposals(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        hm = env.token("acme", "memory.manage")
+        hp, agent, created = await _token(env, "memory.propose")
+        assert "warning" not in created
+        await _propose(env, hp, "s-g", [active_def(), solved()])
+        summary = (await env.client.get(f"{SESSION}/s-g/summary", headers=hp)).json()
+        assert summary["counts"]["create"] == 2
+        # the agent tries to apply its own proposals, and to re-project them: 403, nothing written
+        for route, body in (("review", {"review_id": "self", "selected": [{"key": "active"}]}),
+                            ("solved-index", None)):
+            r = await env.client.post(f"{SESSION}/s-g/{route}", json=body, headers=hp)
+            assert r.status_code == 403, r.text
+            assert r.json()["code"] == "forbidden" and r.json()["permissions"] == ["memory.review"]
+            assert "memory.review" in r.json()["detail"]
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 0
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+        # the refused attempt is recorded, naming the agent's token
+        refused = await _activity(env, hm, "review")
+        assert [(a["actor"], a["outcome"]) for a in refused] == [(agent, "rejected:forbidden")]
+        # the reviewer's token cannot propose, but applies the review
+        hr, reviewer, _ = await _token(env, "memory.review")
+        r = await env.client.post(f"{SESSION}/s-g2/proposals", headers=hr,
+                                  json={"proposals": [active_def()]})
+        assert r.status_code == 403 and r.json()["permissions"] == ["memory.propose"]
+        receipt = (await _review(env, hr, "s-g", {"review_id": "rv-g", "selected": [
+            {"key": "active"}, {"key": "q1"}]})).json()
+        assert [i["action"] for i in receipt["items"]] == ["created", "created"]
+        # the receipt and the review's activity record name the reviewing token, the proposal's
+        # the proposing one
+        assert receipt["reviewed_by"] == reviewer
+        reviews = await _activity(env, hm, "review")
+        assert [(a["actor"], a["outcome"]) for a in reviews] == [
+            (reviewer, "applied"), (agent, "rejected:forbidden")]
+        assert reviews[0]["detail"]["review"] == "rv-g"
+        assert [(a["actor"], a["outcome"]) for a in await _activity(env, hm, "propose")] == [
+            (reviewer, "rejected:forbidden"), (agent, "ok")]
+        assert {a["actor"] for a in await _activity(env, hm, "create")} == {reviewer}
+        si = await env.client.post(f"{SESSION}/s-g/solved-index", headers=hr)
+        assert si.status_code == 202, si.text
+        assert [(a["actor"], a["outcome"][:8]) for a in await _activity(
+            env, hm, "solved_index")] == [(reviewer, "ok"), (agent, "rejected")]
+
+
+async def test_a_token_holding_both_permissions_is_possible_when_created_explicitly(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        both, actor, created = await _token(env, "memory.review", "memory.propose")
+        assert created["permissions"] == ["memory.propose", "memory.review"]
+        assert "apply its own proposals" in created["warning"]
+        await _propose(env, both, "s-b", [active_def()])
+        receipt = (await _review(env, both, "s-b", {"review_id": "rv-b", "selected": [
+            {"key": "active"}]})).json()
+        assert receipt["items"][0]["action"] == "created" and receipt["reviewed_by"] == actor
 
 
 async def test_refused_reviews_and_session_requests_write_nothing(make_env, subtests):
     async with make_env() as env:
-        _, hr = await _proposed_session_r(env)
+        _, hp, hr = await _proposed_session_r(env)
         with subtests.test("a key already stored with other content is a conflict"):
-            r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hr, json={"proposals": [
+            r = await env.client.post(f"{SESSION}/s-r/proposals", headers=hp, json={"proposals": [
                 active_def(title="Active customer (edited)")]})
             assert r.status_code == 409 and r.json()["item"] == "active"
         with subtests.test("nothing selected is refused"):
@@ -583,7 +702,7 @@ async def test_refused_reviews_and_session_requests_write_nothing(make_env, subt
 
 async def test_declining_all_is_a_receipt_too_and_replays_like_one(make_env):
     async with make_env() as env:
-        _, hr = await _proposed_session_r(env)
+        _, _, hr = await _proposed_session_r(env)
         r = await _review(env, hr, "s-r", {"review_id": "rv-r", "decline_all": True,
                                            "note": "not reusable"})
         declined = r.json()
@@ -598,13 +717,13 @@ async def test_declining_all_is_a_receipt_too_and_replays_like_one(make_env):
 async def test_updates_keep_identity_origin_and_workflow_source(make_env):
     async with make_env() as env:
         env.workspace("acme")
-        hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
-        await _propose(env, hr, "s-a", [active_def()])
+        hm, hp, hr = _tokens(env)
+        await _propose(env, hp, "s-a", [active_def()])
         created = (await _review(env, hr, "s-a", {"review_id": "rv-a",
                                                   "selected": [{"key": "active"}]})).json()
         cid = created["items"][0]["card_id"]
         # a later session updates the workflow card: id, origin and source stay
-        res = await _propose(env, hr, "s-b", [{
+        res = await _propose(env, hp, "s-b", [{
             "key": "upd", "kind": "update", "card_id": cid, "revision": 1,
             "content": {"definition": "A customer with a purchase in the last 28 days."},
             "scope": "retail", "decisions": [{"id": "d-77", "status": "approved"}]}])
@@ -622,7 +741,7 @@ async def test_updates_keep_identity_origin_and_workflow_source(make_env):
         assert card["source"] == {"session_id": "s-a", "decision_ids": ["d-1"]}
         assert card["title"] == "Active customer (28 days)" and card["scope"] == "retail"
         # an addition that the reviewer's edits make the same card as an existing one reuses it
-        await _propose(env, hr, "s-c", [active_def(key="again", content={
+        await _propose(env, hp, "s-c", [active_def(key="again", content={
             "definition": "A customer with a purchase in the last 14 days."})])
         receipt = (await _review(env, hr, "s-c", {"review_id": "rv-c", "selected": [
             {"key": "again", "edits": {"scope": "retail", "content": {
@@ -636,12 +755,12 @@ async def test_workflow_tables_are_isolated_by_workspace(make_env):
     async with make_env() as env:
         for ws in ("wa", "wb"):
             env.workspace(ws)
-            h = env.token(ws, "memory.review")
+            _, hp, hr = _tokens(env, ws)
             base = f"/api/workspaces/{ws}/sessions/s"
-            r = await env.client.post(f"{base}/proposals", headers=h,
+            r = await env.client.post(f"{base}/proposals", headers=hp,
                                       json={"proposals": [active_def()]})
             assert r.status_code == 201, r.text
-            r = await env.client.post(f"{base}/review", headers=h,
+            r = await env.client.post(f"{base}/review", headers=hr,
                                       json={"review_id": "rv", "selected": [{"key": "active"}]})
             assert r.status_code == 200, r.text
         with psycopg.connect(env.migrator_url) as conn:
@@ -661,12 +780,19 @@ async def test_workflow_tables_are_isolated_by_workspace(make_env):
 
 
 async def test_cli_workflow_commands_against_a_live_writer(make_env, tmp_path, monkeypatch, capsys):
-    async with live_writer(make_env, monkeypatch, "memory.review", "memory.schema"):
+    async with live_writer(make_env, monkeypatch, "memory.review", "memory.schema") as env:
         async def cli(*argv: str):
             return await run_cli(capsys, *argv)
 
+        reviewer = os.environ["MEMARC_TOKEN"]
+        agent = env.token("acme", "memory.propose")["Authorization"].split()[1]
         props, rev = tmp_path / "proposals.json", tmp_path / "review.json"
         props.write_text(json.dumps([active_def(), solved()]))  # a bare list is accepted
+        # the reviewer's token cannot propose (the reviewer gate): 403 forbidden
+        code, _, err = await cli("propose", "--workspace", "acme", "--session", "s 1:x",
+                                 "--data", str(props))
+        assert code == 2 and json.loads(err)["code"] == "forbidden", err
+        monkeypatch.setenv("MEMARC_TOKEN", agent)  # the proposing agent
         code, _, err = await cli("propose", "--workspace", "acme", "--session", "a/b",
                                  "--data", str(props))
         assert code == 2 and json.loads(err)["code"] == "bad_input"
@@ -675,6 +801,17 @@ async def test_cli_workflow_commands_against_a_live_writer(make_env, tmp_path, m
         assert code == 0 and [p["action"] for p in out["proposals"]] == ["create", "create"]
         code, out, _ = await cli("summary", "--workspace", "acme", "--session", "s 1:x")
         assert code == 0 and out["counts"]["create"] == 2 and out["session_id"] == "s 1:x"
+        # ... and cannot apply its own proposals, nor re-project them
+        rev.write_text(json.dumps({"review_id": "self", "selected": [{"key": "active"}]}))
+        for argv in (("review-apply", "--data", str(rev)), ("solved-index",)):
+            code, _, err = await cli(argv[0], "--workspace", "acme", "--session", "s 1:x",
+                                     *argv[1:])
+            assert code == 2 and json.loads(err)["code"] == "forbidden", (argv, err)
+            assert json.loads(err)["permissions"] == ["memory.review"], err
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+        monkeypatch.setenv("MEMARC_TOKEN", reviewer)  # the reviewer
+        code, out, _ = await cli("summary", "--workspace", "acme", "--session", "s 1:x")
+        assert code == 0 and out["counts"]["create"] == 2
         rev.write_text(json.dumps({"review_id": "cli-1", "selected": [
             {"key": "active"}, {"key": "q1", "edits": {"content": {"sql": "SELECT 2"}}}]}))
         code, _, err = await cli("review-apply", "--workspace", "acme", "--session", "s 1:x",

@@ -59,22 +59,25 @@ CASES = {
 }
 
 
-async def _existing(env) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
-    """Workspace acme with the existing card; returns (manage headers, review headers, card)."""
+async def _existing(env) -> tuple[dict[str, str], dict[str, str], dict[str, str],
+                                  dict[str, Any]]:
+    """Workspace acme with the existing card; returns (manage headers, the proposing agent's
+    headers, the reviewer's headers, card): the reviewer gate keeps proposer and reviewer apart."""
     env.workspace("acme")
-    hm, hr = env.token("acme", "memory.manage"), env.token("acme", "memory.review")
+    hm, hp, hr = (env.token("acme", "memory.manage"), env.token("acme", "memory.propose"),
+                  env.token("acme", "memory.review"))
     r = await env.client.post(MEM, json=ACTIVE_BY_COUNTRY, headers=hm)
     assert r.status_code == 201, r.text
-    return hm, hr, r.json()["card"]
+    return hm, hp, hr, r.json()["card"]
 
 
 @pytest.mark.parametrize("change, differs", CASES.values(), ids=CASES.keys())
 async def test_only_the_same_card_is_reused_anything_else_shows_a_possible_duplicate(
         make_env, change, differs):
     async with make_env() as env:
-        hm, hr, card = await _existing(env)
+        hm, hp, hr, card = await _existing(env)
         fields = dict(change)
-        r = await env.client.post(f"{SESSION}/s/proposals", headers=hr,
+        r = await env.client.post(f"{SESSION}/s/proposals", headers=hp,
                                   json={"proposals": [proposal(**fields)]})
         assert r.status_code == 201, r.text
         proposed = r.json()["proposals"][0]
@@ -115,20 +118,20 @@ async def test_only_the_same_card_is_reused_anything_else_shows_a_possible_dupli
 async def test_a_second_proposal_of_the_same_card_in_a_session_is_refused_naming_the_first(
         make_env):
     async with make_env() as env:
-        _, hr, _ = await _existing(env)
+        _, hp, _, _ = await _existing(env)
         new_card = proposal("a", scope="wholesale")
-        r = await env.client.post(f"{SESSION}/s/proposals", headers=hr,
+        r = await env.client.post(f"{SESSION}/s/proposals", headers=hp,
                                   json={"proposals": [new_card]})
         assert r.status_code == 201, r.text
         again = {**new_card, "key": "b", "content": {
             **new_card["content"], "question": "How many active customers are  there per country?"}}
-        r = await env.client.post(f"{SESSION}/s/proposals", headers=hr,
+        r = await env.client.post(f"{SESSION}/s/proposals", headers=hp,
                                   json={"proposals": [again]})
         assert r.status_code == 422, r.text
         assert r.json()["item"] == "b" and "the same card as stored proposal 'a'" in r.json()[
             "detail"]
         # another scope again is another card: both can be proposed, and both created
-        r = await env.client.post(f"{SESSION}/s/proposals", headers=hr,
+        r = await env.client.post(f"{SESSION}/s/proposals", headers=hp,
                                   json={"proposals": [{**again, "scope": "eu"}]})
         assert r.status_code == 201, r.text
         assert r.json()["proposals"][0]["possible_duplicate"]["differs"] == ["scope"]
@@ -137,11 +140,11 @@ async def test_a_second_proposal_of_the_same_card_in_a_session_is_refused_naming
 async def test_concurrent_proposals_of_the_same_card_in_one_session_give_one_card_and_one_receipt(
         make_env):
     async with make_env() as env:
-        hm, hr, card = await _existing(env)
+        hm, hp, hr, card = await _existing(env)
         new_card = proposal(scope="wholesale")
         # four agents propose the same new card at once, each under a key of its own ...
         responses = await asyncio.gather(*(
-            env.client.post(f"{SESSION}/s/proposals", headers=hr,
+            env.client.post(f"{SESSION}/s/proposals", headers=hp,
                             json={"proposals": [{**new_card, "key": f"k{n}"}]})
             for n in range(4)))
         statuses = sorted(r.status_code for r in responses)
@@ -152,7 +155,7 @@ async def test_concurrent_proposals_of_the_same_card_in_one_session_give_one_car
                 assert f"the same card as stored proposal {kept!r}" in r.json()["detail"]
         # ... and twice more under the stored key: an identical re-send stores nothing
         responses = await asyncio.gather(*(
-            env.client.post(f"{SESSION}/s/proposals", headers=hr,
+            env.client.post(f"{SESSION}/s/proposals", headers=hp,
                             json={"proposals": [{**new_card, "key": kept}]}) for _ in range(2)))
         assert [r.status_code for r in responses] == [201, 201]
         assert [r.json()["proposals"][0]["stored"] for r in responses] == ["unchanged"] * 2
@@ -171,13 +174,13 @@ async def test_concurrent_proposals_of_the_same_card_in_one_session_give_one_car
 
 async def test_the_reviewer_can_apply_a_possible_duplicate_as_an_update_of_that_card(make_env):
     async with make_env() as env:
-        hm, hr, card = await _existing(env)
+        hm, hp, hr, card = await _existing(env)
         other = (await env.client.post(MEM, headers=hm, json={
             "family": "sql_rule", "title": "Active", "content": {"rule": "status = 'Active'"}}
         )).json()["card"]
         wider = proposal(scope="retail and wholesale")
         wider.pop("concepts")  # left out: the card's concepts stay
-        r = await env.client.post(f"{SESSION}/s/proposals", headers=hr, json={"proposals": [
+        r = await env.client.post(f"{SESSION}/s/proposals", headers=hp, json={"proposals": [
             wider, {"key": "u", "kind": "update", "card_id": other["id"], "revision": 1,
                     "title": "Active status", "decisions": APPROVED}]})
         assert r.status_code == 201, r.text

@@ -3,7 +3,8 @@
 Every archive route has the :func:`authorize` guard, which Litestar runs before it reads the
 body or the query: an unauthenticated caller learns nothing about the request's shape (401
 before any 400), a token of another workspace gets 404 exactly like a missing workspace, and a
-token without the route's permission (``opt["permission"]``) gets 403. The principal is kept in
+token without the route's permission (``opt["permission"]``: one, or a tuple of alternatives)
+gets 403. The principal is kept in
 the connection's scope for the handler's ``principal`` dependency; ``shared`` checks it again.
 """
 
@@ -55,7 +56,14 @@ async def authorize(connection: ASGIConnection, handler: BaseRouteHandler) -> No
         raise
     connection.scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
     principal.require(str(connection.path_params.get("workspace_id", "")),
-                      handler.opt["permission"])
+                      *route_permissions(handler))
+
+
+def route_permissions(handler: BaseRouteHandler) -> tuple[str, ...]:
+    """The permissions of a route (``opt["permission"]``: one, or a tuple of which any one is
+    enough, e.g. a session's summary for the proposer and the reviewer)."""
+    permission = handler.opt["permission"]
+    return (permission,) if isinstance(permission, str) else tuple(permission)
 
 
 async def provide_principal(request: Request) -> Principal:

@@ -16,21 +16,31 @@ from shared.store.bootstrap import create_token, create_workspace, revoke_labell
 
 #: Label of the token each ``memarc up --demo`` prints; a new start revokes the previous one.
 DEMO_TOKEN_LABEL = "memarc up demo"
+#: The demo's assistant token (administration, recall, proposals) and reviewer token (review).
+DEMO_PERMISSIONS = ("memory.manage", "memory.propose")
+DEMO_REVIEW_PERMISSIONS = ("memory.review",)
 
 
 def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
-    """Create ``workspace`` (language ``en``) if it does not exist, revoke the token of the
-    previous demo start and create a new ``memory.manage`` + ``memory.review`` token, returned as
-    :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret, …}``).
+    """Create ``workspace`` (language ``en``) if it does not exist, revoke the tokens of the
+    previous demo start and create two new ones, the reviewer gate kept (issue 16): the
+    assistant's ``memory.manage`` + ``memory.propose`` token, returned as
+    :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret, …}``), with the
+    reviewer's ``memory.review`` token under ``review_token`` (the same form). No demo token can
+    apply its own proposals.
 
     Uses the migrator credentials; raises what bootstrap raises (psycopg errors).
     """
     create_workspace(settings.migrator_database_url, settings.db_schema, workspace, "en")
-    # one live demo token at a time: the previous start's is revoked, this one printed
+    # one live pair of demo tokens at a time: the previous start's are revoked, these printed
     revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema, workspace,
                            DEMO_TOKEN_LABEL)
-    return create_token(settings.migrator_database_url, settings.db_schema, workspace,
-                        ["memory.manage", "memory.review"], label=DEMO_TOKEN_LABEL)
+    token = create_token(settings.migrator_database_url, settings.db_schema, workspace,
+                         list(DEMO_PERMISSIONS), label=DEMO_TOKEN_LABEL)
+    token["review_token"] = create_token(settings.migrator_database_url, settings.db_schema,
+                                         workspace, list(DEMO_REVIEW_PERMISSIONS),
+                                         label=DEMO_TOKEN_LABEL)
+    return token
 
 
 async def load_demo_cards(archive: Archive, principal: Principal, workspace: str,

@@ -2,7 +2,8 @@
 
 Every 4xx and 5xx of the writer is ``application/problem+json`` with ``type``, ``title``,
 ``status``, ``detail`` and a machine-readable ``code``; some carry more members (``instance``,
-``field``, ``item``, ``limit``, ``parameter``, ``errors``). :data:`PROBLEM_RESPONSES` documents
+``field``, ``item``, ``limit``, ``parameter``, ``errors``; a 403 for a missing permission
+``permissions``, the ones the route takes). :data:`PROBLEM_RESPONSES` documents
 them in the OpenAPI document of every archive route, so clients and Schemathesis see the shape
 the writer really answers.
 """

@@ -191,10 +191,12 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
     from writer.app import create_app
 
     out = sys.stdout
+    notices: list[str] = []
     applied = await asyncio.to_thread(migrate, settings.migrator_database_url, settings.db_schema,
-                                      login_of(settings.database_url or ""))
+                                      login_of(settings.database_url or ""), notices=notices)
     if applied:
-        print(json.dumps({"migrated": applied}), file=out, flush=True)
+        print(json.dumps({"migrated": applied, **({"notices": notices} if notices else {})}),
+              file=out, flush=True)
     resources = await Resources.open(settings, with_index=True)
     try:
         assert resources.embedder is not None
@@ -214,6 +216,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             token = demo_token(settings, demo_workspace)
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
+            info["review_token"] = token["review_token"]["token"]
         ds = explorer_app(settings, resources, {}, secret=explorer_secret(settings))
         info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
         print(json.dumps(info, indent=2), file=out, flush=True)

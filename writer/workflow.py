@@ -1,11 +1,12 @@
-"""The writer's workflow routes (DESIGN §6, §7): sessions (memory.review), schema changes.
+"""The writer's workflow routes (DESIGN §6, §7): sessions, schema changes.
 
-Session proposals, summary, review and solved-index need ``memory.review``; physical schema-change
-cleanup needs ``memory.schema``. Handlers parse, call :mod:`shared.workflow.sessions` /
-:mod:`shared.workflow.schema_changes`, return. Errors are the shared ones, turned into problem
-details by the app's exception handlers. An idempotent replay (a review id or a schema-change run
-id delivered again) answers the stored result unchanged, with the header
-``Idempotent-Replayed: true``.
+The reviewer gate (issue 16): proposals need ``memory.propose``; review and solved-index need
+``memory.review``; the summary either one (the proposer checks its batch, the reviewer reads what
+it applies). Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call
+:mod:`shared.workflow.sessions` / :mod:`shared.workflow.schema_changes`, return. Errors are the
+shared ones, turned into problem details by the app's exception handlers. An idempotent replay
+(a review id or a schema-change run id delivered again) answers the stored result unchanged, with
+the header ``Idempotent-Replayed: true``.
 """
 
 from __future__ import annotations
@@ -47,18 +48,20 @@ def _replayed(content: object, replayed: bool) -> Response:
 
 
 class SessionController(Controller):
-    """A workflow session's proposals, summary, review and solved-index (memory.review)."""
+    """A workflow session's proposals (memory.propose), summary (memory.propose or
+    memory.review), review and solved-index (memory.review)."""
 
     path = "/api/workspaces/{workspace_id:str}/sessions/{session_id:str}"
     dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
     tags = ["workflow"]
     security = [{"bearer": []}]
     guards = [authorize, reject_unknown_query]
-    opt = {"permission": "memory.review"}
+    # no default permission: each route names its own, so that a new route has to choose its
+    # side of the reviewer gate (the isolation audit refuses a route without one)
 
     @post("/proposals", responses=PROBLEM_RESPONSES,
           summary="Store a session's proposals", status_code=201,
-          opt={"activity": "propose"})
+          opt={"activity": "propose", "permission": "memory.propose"})
     async def propose(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId],
@@ -71,23 +74,24 @@ class SessionController(Controller):
         card with loosely matching content that is not the same card: ``{card_id, revision,
         title, differs}``). Errors: 422 no approved decision, no reusable content, invalid field
         or link, the same card as another proposal of the session (``item`` names the
-        proposal); 409 session already reviewed or key reused with other content; 401, 403,
-        404."""
+        proposal); 409 session already reviewed or key reused with other content; 403 without
+        ``memory.propose``; 401, 404."""
         return await workflow.propose(principal, workspace_id, session_id, data)
 
-    @get("/summary", responses=PROBLEM_RESPONSES, summary="Reviewable summary of a session")
+    @get("/summary", responses=PROBLEM_RESPONSES, summary="Reviewable summary of a session",
+         opt={"permission": ("memory.propose", "memory.review")})
     async def summary(self, workflow: NamedDependency[Workflow],
                       principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                       session_id: FromPath[SessionId]) -> Summary:
         """Every proposal with what it would create, reuse or change (``changes``: a field diff
         ``{field: {before, after}}`` against the card now), ``stale`` updates, ``problems`` and
         ``possible_duplicate``; ``counts``; the ``review`` receipt once reviewed. Errors: 404 no
-        proposals, 401, 403."""
+        proposals; 403 without ``memory.propose`` or ``memory.review``; 401."""
         return await workflow.summary(principal, workspace_id, session_id)
 
     @post("/review", responses=PROBLEM_RESPONSES,
           summary="Apply a review (idempotent by review_id)", status_code=200,
-          opt={"activity": "review"})
+          opt={"activity": "review", "permission": "memory.review"})
     async def review(self, workflow: NamedDependency[Workflow],
                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
                      session_id: FromPath[SessionId],
@@ -100,20 +104,22 @@ class SessionController(Controller):
         ``review_id`` again answers the same receipt and writes nothing (header
         ``Idempotent-Replayed: true``). Errors: 409 ``stale_revision`` (``item`` names the
         update; nothing written), 422 invalid link, unselected proposal, edit of the approved
-        SQL, 409 review id reused for another request or session already reviewed, 404."""
+        SQL, 409 review id reused for another request or session already reviewed, 404; 403
+        without ``memory.review`` (a token that only proposes cannot apply a review)."""
         outcome = await workflow.review(principal, workspace_id, session_id, data)
         return _replayed(outcome.receipt, outcome.replayed)
 
     @post("/solved-index", responses=PROBLEM_RESPONSES,
           summary="Re-queue the projection of a session's receipt",
-          status_code=202, opt={"activity": "solved_index"})
+          status_code=202, opt={"activity": "solved_index", "permission": "memory.review"})
     async def solved_index(self, workflow: NamedDependency[Workflow],
                            principal: NamedDependency[Principal],
                            workspace_id: FromPath[WorkspaceId],
                            session_id: FromPath[SessionId]) -> SolvedIndexResult:
         """Re-run the projection of every card the session's review wrote, from its current
         state; a card deleted since is never recreated. 202 ``{cards: [{card_id, status
-        (requeued|deleted), operations}], operations, enqueued}``. Errors: 404 no receipt."""
+        (requeued|deleted), operations}], operations, enqueued}``. Errors: 404 no receipt; 403
+        without ``memory.review``."""
         return await workflow.solved_index(principal, workspace_id, session_id)
 
 

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from shared.auth import PERMISSIONS, new_token, token_digest
+from shared.auth import PERMISSIONS, gate_warning, new_token, token_digest
 from shared.errors import InvalidInput, NotFound
 from shared.store.database import MIGRATOR_ROLE, Q
 
@@ -60,7 +60,9 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
     """Create an API token bound to one workspace; the secret is returned once and only its
     SHA-256 digest is stored.
 
-    :returns: ``{token, id, workspace, permissions, database, schema}``.
+    :returns: ``{token, id, workspace, permissions, database, schema}``, and ``warning`` when the
+        permissions hold both ``memory.propose`` and ``memory.review`` (allowed, for an
+        administrator who means it: such a token can apply its own proposals).
     :raises InvalidInput: unknown permission, schema binding without database.
     :raises NotFound: no such workspace.
     """
@@ -78,8 +80,11 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
             "id": token_id, "workspace": workspace, "digest": token_digest(token),
             "permissions": perms, "database": database, "schema": db_schema, "label": label,
             "expires_at": expires_at})
-    return {"token": token, "id": str(token_id), "workspace": workspace, "permissions": perms,
-            "database": database, "schema": db_schema}
+    created = {"token": token, "id": str(token_id), "workspace": workspace, "permissions": perms,
+               "database": database, "schema": db_schema}
+    if (warning := gate_warning(perms)) is not None:
+        created["warning"] = warning
+    return created
 
 
 def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any]:

@@ -64,17 +64,29 @@ def login_of(url: str) -> str | None:
 
 
 def migrate(migrator_url: str, schema: str = "memory", runtime_login: str | None = None,
-            folder: Path = MIGRATIONS_DIR) -> list[str]:
+            folder: Path = MIGRATIONS_DIR, notices: list[str] | None = None) -> list[str]:
     """Apply pending migrations; returns the names applied (empty on a no-op re-run).
 
     :param runtime_login: the login of ``MEMARC_DATABASE_URL``; granted the runtime and reader roles.
+    :param notices: when given, each NOTICE a migration file raised (``RAISE NOTICE``; not
+        PostgreSQL's "already exists, skipping" of ``IF [NOT] EXISTS``) is appended as
+        ``"<migration name>: <message>"``, for the caller to show: what the operator must know
+        (an extension missing, tokens widened by 010).
     :raises MigrationError: an applied migration's file was edited, or a file failed.
     :raises psycopg.OperationalError: PostgreSQL cannot be reached.
     """
     migrations = load_migrations(folder)
     applied: list[str] = []
     ident = sql.Identifier(schema)
+    current: list[str | None] = [None]  # the migration file being applied
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if notices is not None and current[0] and not message.endswith(", skipping"):
+            notices.append(f"{current[0]}: {message}")
+
     with psycopg.connect(migrator_url, autocommit=False) as conn:
+        conn.add_notice_handler(keep)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
@@ -101,11 +113,13 @@ def migrate(migrator_url: str, schema: str = "memory", runtime_login: str | None
                         )
                     continue
                 conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+                current[0] = m.name
                 try:
                     with conn.transaction():
                         conn.execute(m.text.encode("utf-8"))
                 except psycopg.Error as exc:
                     raise MigrationError(f"migration {m.name} failed: {exc}") from exc
+                current[0] = None
                 conn.execute("RESET ROLE")
                 conn.execute(
                     sql.SQL(

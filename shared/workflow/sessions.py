@@ -1,6 +1,7 @@
 """The workflow's use cases (DESIGN §6): propose, summary, review and solved-index (Workflow).
 
-Permission ``memory.review``, checked again here.
+Permissions, checked again here (the reviewer gate, issue 16): ``memory.propose`` to propose,
+``memory.review`` to apply a review and to re-queue its projection, either one for the summary.
 
 - :meth:`Workflow.propose` validates and stores a batch of proposals of one session: additions and
   updates, each with its source decisions, content, scope, rationale, dependencies and links (to
@@ -156,9 +157,9 @@ class Workflow:
             content in the batch (the failing proposal is named: ``item`` = its key).
         :raises Conflict: the session was already reviewed; a key already stored with other
             content; more than 500 proposals in the session.
-        :raises Forbidden / NotFound: principal.
+        :raises Forbidden: the token lacks ``memory.propose``. :raises NotFound: principal.
         """
-        principal.require(workspace, "memory.review")
+        principal.require(workspace, "memory.propose")
         session_id = rules.clean_session_id(session_id)
         drafts = rules.check_batch(req.proposals)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
@@ -226,9 +227,9 @@ class Workflow:
         receipt once the session was reviewed.
 
         :raises NotFound: no proposals in this session (or principal of another workspace).
-        :raises Forbidden: the token lacks ``memory.review``.
+        :raises Forbidden: the token holds neither ``memory.propose`` nor ``memory.review``.
         """
-        principal.require(workspace, "memory.review")
+        principal.require(workspace, "memory.propose", "memory.review")
         session_id = rules.clean_session_id(session_id)
         async with self.db.transaction(workspace, read_only=True, lock="shared") as conn:
             await workspaces.get(conn, workspace)
@@ -298,7 +299,8 @@ class Workflow:
             written.
         :raises Conflict: the review id was used for another session or another request; the
             session was already reviewed under another review id.
-        :raises NotFound: no proposals in the session. :raises Forbidden: principal.
+        :raises NotFound: no proposals in the session. :raises Forbidden: the token lacks
+            ``memory.review`` (a token that only proposes cannot apply its proposals).
         """
         principal.require(workspace, "memory.review")
         session_id = rules.clean_session_id(session_id)
@@ -434,7 +436,8 @@ class Workflow:
         re-queued, else a new upsert is queued). A card deleted since is never recreated (an open
         point deletion of it is re-queued).
 
-        :raises NotFound: the session has no review receipt. :raises Forbidden: principal.
+        :raises NotFound: the session has no review receipt. :raises Forbidden: the token lacks
+            ``memory.review``.
         """
         principal.require(workspace, "memory.review")
         session_id = rules.clean_session_id(session_id)

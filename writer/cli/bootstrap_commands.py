@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shared.auth import PERMISSIONS
 from writer.cli.command import CliError, add_command
 
 
@@ -24,13 +25,15 @@ def _settings():
 
 
 def migrate_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``{applied: [file names], schema}``; the login of MEMARC_DATABASE_URL joins the runtime
-    and reader roles."""
+    """``{applied: [file names], schema}``, and ``notices`` (``"<migration>: <message>"``) when a
+    migration raised any; the login of MEMARC_DATABASE_URL joins the runtime and reader roles."""
     from shared.store.migrations import login_of, migrate
 
     s = _settings()
-    applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""))
-    return {"applied": applied, "schema": s.db_schema}
+    notices: list[str] = []
+    applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""),
+                      notices=notices)
+    return {"applied": applied, "schema": s.db_schema, **({"notices": notices} if notices else {})}
 
 
 def configure_migrate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +63,8 @@ def configure_workspace_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def create_token_command(args: argparse.Namespace) -> Any:
     """``{token, id, workspace, permissions, database, schema}``: the secret is printed once (only
-    its digest is stored); default permission ``memory.read``.
+    its digest is stored); default permission ``memory.read``. A token holding both
+    ``memory.propose`` and ``memory.review`` is created, with a ``warning`` in the output.
 
     :raises CliError: ``bad_input``, ``--expires-in-days`` below 1.
     """
@@ -95,8 +99,10 @@ def configure_token_parser(subparsers: argparse._SubParsersAction) -> None:
     tc.set_defaults(func=create_token_command)
     tc.add_argument("--workspace", required=True, help="workspace the token is bound to")
     tc.add_argument("--permission", action="append",
-                    choices=["memory.read", "memory.manage", "memory.review", "memory.schema"],
-                    help="repeatable; default memory.read")
+                    choices=list(PERMISSIONS),
+                    help="repeatable; default memory.read. memory.propose (an agent's proposals)"
+                         " and memory.review (applying them) belong on separate tokens: one"
+                         " holding both is created with a warning")
     tc.add_argument("--database", help="bind recall to this database")
     tc.add_argument("--schema", help="bind recall to this schema (needs --database)")
     tc.add_argument("--label", help="free text to recognise the token by")
