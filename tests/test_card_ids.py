@@ -34,7 +34,8 @@ def odd(card_id: str, pad: str = "  ") -> str:
 
 async def _setup(env):
     env.workspace("acme")
-    h = env.token("acme", "memory.manage", "memory.read", "memory.review")
+    h = env.token("acme", "memory.manage", "memory.read", "memory.propose",
+                    "memory.review")  # both sides of the gate: an administrator's token
     ids = []
     for body in (REFUNDS, CHURN):
         r = await env.client.post(MEM, json=body, headers=h)

@@ -627,7 +627,8 @@ async def test_jobs_that_died_with_their_worker_are_offered_again_under_ids_of_t
                 await stop_worker(worker)
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            queued_after = {x.decode() for x in await pool.zrange(QUEUE_NAME, 0, -1)}
+            queued_after = {x.decode() for x in await pool.zrange(QUEUE_NAME, 0, -1)
+                            if not x.startswith(b"cron:")}  # the next sweep may be queued
             assert queued_after == set(dead)  # only the dead attempts are left, still "in progress"
         finally:
             await pool.aclose()
