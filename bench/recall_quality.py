@@ -260,8 +260,9 @@ async def part_bird_a(rows: list[dict]) -> None:
                 half = "REPORT" if db in BIRD_REPORT else "TUNE"
                 for link in s.links:
                     clause = by_key[link.target]
-                    if not any(u in kept for u in users[clause.key]):
-                        continue  # no question of this archive ever used the clause
+                    # every pair counts in "all" (the clause is in every fold's archive, whether
+                    # or not a kept question links to it); "shared": clauses linked by two or
+                    # more BIRD questions, as the shared-clause check
                     kinds = ["all"] + (["shared"] if len(users[clause.key]) >= 2 else [])
                     modes = ["search"] + (["rules"] if clause.family == "sql_rule" else [])
                     for mode in modes:
