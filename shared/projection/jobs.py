@@ -119,6 +119,59 @@ async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
             await worker.pool.aclose(close_connection_pool=True)
 
 
+#: the worker's reconnection backoff after a lost queue connection: first and longest wait
+RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS = 0.5, 5.0
+
+
+async def supervise_worker(worker: Worker) -> None:
+    """Run an arq worker until it is stopped (:func:`stop_worker`), reconnecting by itself with
+    backoff when Redis is lost (issue 14).
+
+    arq's poll loop raises on the first Redis error, which would end the worker (and, in
+    ``memarc up``, every server with it). Here a lost queue connection is logged once per
+    outage (a warning when it is lost, an info line when it is back), the broken pool is
+    dropped, and the loop is started again after ``RECONNECT_FIRST_SECONDS``, doubling up to
+    ``RECONNECT_MAX_SECONDS``. Operations whose jobs were lost stay open in PostgreSQL; the
+    sweep (run again at reconnection) re-enqueues them. Any other error ends the worker.
+    """
+    from shared.projection.queue import is_queue_error
+
+    delay = RECONNECT_FIRST_SECONDS
+    lost = False
+    startup = worker.on_startup
+
+    async def on_startup(ctx: dict[str, Any]) -> None:
+        nonlocal lost, delay
+        if lost:
+            log.info("projection queue connection is back; the worker resumes")
+            lost, delay = False, RECONNECT_FIRST_SECONDS
+        if startup is not None:
+            await startup(ctx)
+
+    worker.on_startup = on_startup
+    while True:
+        try:
+            await worker.async_run()
+            return
+        except Exception as exc:
+            if not is_queue_error(exc) or not worker.allow_pick_jobs:
+                raise
+            if not lost:
+                log.warning("projection queue connection lost (%s); the worker reconnects with "
+                            "backoff, open operations wait in PostgreSQL", exc)
+                lost = True
+        pool, worker._pool = worker._pool, None
+        if pool is not None:
+            try:
+                await pool.aclose(close_connection_pool=True)
+            except Exception:  # closing a broken connection may fail again; it is gone anyway
+                pass
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, RECONNECT_MAX_SECONDS)
+        if not worker.allow_pick_jobs:  # stopped while waiting
+            return
+
+
 HEALTH_SECONDS = 30
 
 

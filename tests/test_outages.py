@@ -1,0 +1,223 @@
+"""Outages that start and end while the processes run (issue 14), with real processes.
+
+- Redis: a ``redis-server`` of the test's own (never the machine's shared one) under a running
+  ``memarc up``, SIGKILLed and restarted on the same port: saves stay 2xx with
+  ``index_status: pending``, recall is correct or a 503 with a code, administration answers,
+  ``/readyz`` and ``status`` name the queue as down, the process never exits, and once Redis is
+  back every pending operation completes within the sweep interval plus the lease and the audit
+  finds nothing to repair.
+- PostgreSQL: a cluster of the test's own (``initdb`` into the test's folder) under a running
+  ``memarc up``, stopped and started again: every route answers 503 ``database_unavailable``
+  (never a 500, never a hang), the process stays up, and afterwards everything works again
+  without a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+from helpers import ROOT, free_port, model_env, skip_or_fail
+
+#: sweep interval and lease of the processes under test (as the SIGKILL test sets them)
+SWEEP_SECONDS, LEASE_SECONDS = 1, 3
+#: every HTTP call of these tests is bounded: a hang is a failure, not a stuck run
+TIMEOUT = httpx.Timeout(15.0)
+BASE = "/api/workspaces/acme/memory"
+
+
+def _wait_for(what: str, check, seconds: float, alive: subprocess.Popen | None = None,
+              log: Path | None = None):
+    """Poll ``check()`` until it returns a truthy value (returned) or ``seconds`` pass (fail);
+    ``alive`` must not exit meanwhile."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            value = check()
+        except (httpx.HTTPError, psycopg.OperationalError, OSError):
+            value = None
+        if value:
+            return value
+        if alive is not None and alive.poll() is not None:
+            raise AssertionError(f"the process exited ({alive.returncode}) while waiting for "
+                                 f"{what}: {log.read_text()[-3000:] if log else ''}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {seconds} s"
+                                 + (f"\n{log.read_text()[-3000:]}" if log else ""))
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@contextmanager
+def memarc_up(env_vars: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen, httpx.Client]]:
+    """``memarc up`` as a child process (its own session) on free ports, with a client on its
+    writer once ``/healthz`` answers; stopped (SIGTERM, then SIGKILL) on the way out."""
+    port = free_port()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "writer.cli", "up", "--port", str(port), "--explorer-port",
+             str(free_port())], cwd=ROOT, env=env_vars, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client:
+            _wait_for("memarc up answering", lambda: client.get("/healthz").status_code == 200,
+                      120, proc, log)
+            yield proc, client
+    finally:
+        _stop(proc)
+
+
+def _up_env(tmp_path: Path, **values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMARC_")}
+    env.update(model_env())
+    env.update({"MEMARC_DATA_DIR": str(tmp_path / "up"), "MEMARC_LEASE_SECONDS": str(LEASE_SECONDS),
+                "MEMARC_SWEEP_SECONDS": str(SWEEP_SECONDS), "MEMARC_LOG_LEVEL": "WARNING",
+                "MEMARC_INDEX_ENGINE": os.environ.get("MEMARC_TEST_INDEX_ENGINE", "edge")})
+    env.update(values)
+    return env
+
+
+def _redis_server(port: int, folder: Path, log: Path) -> subprocess.Popen:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        skip_or_fail("needs redis-server on PATH (an outage needs a Redis process of the test's own)")
+    folder.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", str(folder)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    import redis
+
+    def pong() -> bool:
+        try:
+            with redis.Redis(port=port, socket_timeout=1) as r:
+                return bool(r.ping())
+        except redis.exceptions.ConnectionError:
+            return False
+
+    _wait_for("redis-server answering", pong, 10, proc, log)
+    return proc
+
+
+def _open_ops(url: str) -> int:
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        return conn.execute("SELECT count(*) FROM memory.projection_ops WHERE status <> 'done'"
+                            ).fetchone()[0]
+
+
+def _recall(client: httpx.Client, h: dict[str, str], query: str) -> list[dict] | None:
+    """The recall's cards, or None for a 503 with a code (anything else fails)."""
+    r = client.post(f"{BASE}/search", headers=h, json={"query": query, "top": 5})
+    if r.status_code == 503:
+        assert r.json().get("code"), r.text
+        return None
+    assert r.status_code == 200, r.text
+    return [x["card"] for x in r.json()["results"]]
+
+
+def _card(title: str, rule: str) -> dict:
+    return {"family": "sql_rule", "title": title, "content": {"rule": rule}}
+
+
+def test_redis_outage_under_memarc_up(make_env, tmp_path):
+    """Redis killed and restarted under a running ``memarc up``."""
+    import asyncio
+
+    async def setup():
+        async with make_env() as env:
+            env.workspace("acme")
+            return env.token("acme"), env.migrator_url, env.settings.database_url
+
+    h, migrator_url, database_url = asyncio.run(setup())
+    rport = free_port()
+    redis_log = tmp_path / "redis.log"
+    redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
+    log = tmp_path / "up.log"
+    env_vars = _up_env(tmp_path, MEMARC_DATABASE_URL=database_url,
+                       MEMARC_MIGRATOR_DATABASE_URL=migrator_url,
+                       MEMARC_REDIS_URL=f"redis://127.0.0.1:{rport}/0")
+    try:
+        with memarc_up(env_vars, log) as (proc, client):
+            r = client.get("/readyz")
+            assert r.status_code == 200 and r.json()["dependencies"]["queue"] == "up", r.text
+            r = client.post(BASE, headers=h, json=_card("Fiscal year", "The fiscal year starts in April."))
+            assert r.status_code == 201, r.text
+            first = r.json()["card"]
+            _wait_for("the first card projected", lambda: _open_ops(migrator_url) == 0, 60, proc, log)
+            assert first["id"] in [c["id"] for c in _recall(client, h, "fiscal year April")]
+
+            redis_proc.kill()
+            redis_proc.wait(10)
+            # saves commit and say the projection is pending; recall is correct or a coded 503
+            r = client.post(BASE, headers=h, json=_card("Churn", "Churn counts customers lost per month."))
+            assert r.status_code == 201 and r.json()["index_status"] == "pending", r.text
+            second = r.json()["card"]
+            r = client.put(f"{BASE}/{first['id']}", headers=h, json={
+                **_card("Fiscal year", "The fiscal year starts in October, not April."),
+                "revision": first["revision"]})
+            assert r.status_code == 200 and r.json()["index_status"] == "pending", r.text
+            time.sleep(2 * SWEEP_SECONDS + 1)  # the worker meets the outage (poll loop, sweep)
+            assert proc.poll() is None, log.read_text()[-3000:]
+            hits = _recall(client, h, "fiscal year")
+            if hits is not None:  # the old point of the updated card is never served as current
+                assert all(c["content"]["rule"] != "The fiscal year starts in April." for c in hits)
+            # administration answers, and readiness and status name the queue as down
+            r = client.get(BASE, headers=h)
+            assert r.status_code == 200 and r.json()["total"] == 2, r.text
+            r = client.get(f"{BASE}/{second['id']}", headers=h)
+            assert r.status_code == 200, r.text
+            r = client.get("/readyz")
+            assert r.status_code == 200, r.text
+            assert r.json()["status"] == "degraded" and r.json()["dependencies"]["queue"] == "down", r.text
+            r = client.get(f"{BASE}/status", headers=h)
+            assert r.status_code == 200 and r.json()["dependencies"]["queue"] == "down", r.text
+            assert r.json()["open_operations"] >= 2
+            assert proc.poll() is None, log.read_text()[-3000:]
+
+            redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
+            started = time.monotonic()
+            # every pending operation completes within the sweep interval plus the lease (and
+            # the worker's reconnection backoff, at most a few seconds)
+            _wait_for("pending operations completed", lambda: _open_ops(migrator_url) == 0,
+                      SWEEP_SECONDS + LEASE_SECONDS + 10, proc, log)
+            took = time.monotonic() - started
+            hits = _recall(client, h, "customers lost per month")
+            assert hits is not None and second["id"] in [c["id"] for c in hits]
+            hits = _recall(client, h, "fiscal year October")
+            assert hits is not None
+            assert [c["content"]["rule"] for c in hits if c["id"] == first["id"]] == [
+                "The fiscal year starts in October, not April."]
+            r = client.get(f"{BASE}/audit", headers=h)
+            assert r.status_code == 200, r.text
+            a = r.json()
+            assert a["pending"] == 0 and a["missing"] == a["stale"] == a["orphan"] == a["misplaced"] == []
+            assert a["current"] == a["cards"] == a["points"] == 2
+            r = client.get("/readyz")
+            assert r.json() == {"status": "ready", "dependencies": {"database": "up", "queue": "up"}}
+            assert proc.poll() is None, log.read_text()[-3000:]
+            print(f"pending operations completed {took:.1f} s after Redis came back")
+        text = log.read_text()
+        # one warning per outage, not one per job or poll
+        assert text.count("projection queue connection lost") == 1, text[-3000:]
+    finally:
+        if redis_proc.poll() is None:
+            redis_proc.kill()
+            redis_proc.wait(10)
