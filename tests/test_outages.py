@@ -221,3 +221,149 @@ def test_redis_outage_under_memarc_up(make_env, tmp_path):
         if redis_proc.poll() is None:
             redis_proc.kill()
             redis_proc.wait(10)
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class PostgresCluster:
+    """A PostgreSQL cluster of the test's own: ``initdb`` into a folder (as the ``postgres``
+    user when the test runs as root: initdb and postgres refuse root), started and stopped with
+    ``pg_ctl`` on a loopback port."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder, self.port = folder, port
+        self.data = folder / "data"
+        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def _run(self, *argv: str) -> None:
+        r = subprocess.run([*self._as, *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (argv, r.stdout[-2000:], r.stderr[-2000:])
+
+    def init(self) -> None:
+        """initdb (trust authentication, superuser ``postgres``, no fsync: a test's cluster)."""
+        if not (PG_BIN / "initdb").exists():
+            skip_or_fail(f"needs PostgreSQL's initdb in {PG_BIN} (a cluster of the test's own)")
+        if self._as and shutil.which("runuser") is None:
+            skip_or_fail("running as root needs runuser to run initdb as the postgres user")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self._as:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self._run(str(PG_BIN / "initdb"), "-A", "trust", "-U", "postgres", "--no-sync",
+                  "-D", str(self.data))
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "log"),
+                  "-w", "-t", "30", "-o",
+                  f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
+                  "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``fast``: sessions terminated; ``immediate``: a crash)."""
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "30",
+                  "stop")
+
+    def running(self) -> bool:
+        """True when the server's postmaster is running."""
+        return (self.data / "postmaster.pid").exists()
+
+
+def _pg_folder() -> Path:
+    """A new folder for a cluster outside pytest's temporary folders (those are private to the
+    user running the tests; the ``postgres`` user must own this one)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="memarc-outage-pg-"))
+
+
+def _calls(client: httpx.Client, h: dict[str, str], card: dict) -> dict[str, httpx.Response]:
+    """One request per route family the outage must not break."""
+    cid = card["id"]
+    return {
+        "list": client.get(BASE, headers=h),
+        "show": client.get(f"{BASE}/{cid}", headers=h),
+        "create": client.post(BASE, headers=h, json=_card("During", "Written during the outage.")),
+        "update": client.put(f"{BASE}/{cid}", headers=h, json={
+            **_card(card["title"], "Changed during the outage."), "revision": card["revision"]}),
+        "delete": client.delete(f"{BASE}/{cid}", headers=h),
+        "retry": client.post(f"{BASE}/{cid}/retry", headers=h),
+        "search": client.post(f"{BASE}/search", headers=h, json={"query": "fiscal year"}),
+        "status": client.get(f"{BASE}/status", headers=h),
+        "pending": client.get(f"{BASE}/pending", headers=h),
+        "activity": client.get(f"{BASE}/activity", headers=h),
+        "audit": client.get(f"{BASE}/audit", headers=h),
+        "index": client.get(f"{BASE}/index", headers=h),
+        "import": client.post(f"{BASE}/import", headers={**h, "Content-Type": "application/x-ndjson"},
+                              content=b'{"key": "k", "family": "sql_rule", "title": "I", '
+                                      b'"content": {"rule": "Imported."}}'),
+        "readyz": client.get("/readyz"),
+    }
+
+
+def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
+    """PostgreSQL stopped (fast, then immediate) and started again under a running ``memarc up``."""
+    from shared.store.bootstrap import create_token, create_workspace
+
+    pg = PostgresCluster(_pg_folder(), free_port())
+    pg.init()
+    pg.start()
+    log = tmp_path / "up.log"
+    env_vars = _up_env(tmp_path, MEMARC_DATABASE_URL=pg.url, MEMARC_MIGRATOR_DATABASE_URL=pg.url,
+                       MEMARC_REDIS_URL=redis_url)
+    try:
+        with memarc_up(env_vars, log) as (proc, client):
+            _wait_for("migrated and ready", lambda: client.get("/readyz").status_code == 200, 60,
+                      proc, log)
+            create_workspace(pg.url, "memory", "acme", "en")
+            h = {"Authorization": "Bearer " + create_token(pg.url, "memory", "acme",
+                                                           ["memory.manage"])["token"]}
+            r = client.post(BASE, headers=h, json=_card("Fiscal year", "The fiscal year starts in April."))
+            assert r.status_code == 201, r.text
+            card = r.json()["card"]
+            _wait_for("the card projected", lambda: _open_ops(pg.url) == 0, 60, proc, log)
+            for n, mode in enumerate(("fast", "immediate")):
+                pg.stop(mode)
+                started = time.monotonic()
+                answers = _calls(client, h, card)
+                took = time.monotonic() - started
+                wrong = {route: (r.status_code, r.text[:300]) for route, r in answers.items()
+                         if r.status_code != 503 or r.json().get("code") != "database_unavailable"}
+                assert wrong == {}, (mode, wrong)
+                # bounded: the first request may wait the pool's timeout (5 s) to find the
+                # server gone, the others are refused at once
+                assert took < 12, f"{len(answers)} requests took {took:.1f} s with PostgreSQL down"
+                print(f"PostgreSQL stopped ({mode}): {len(answers)} routes answered 503 "
+                      f"database_unavailable in {took:.1f} s")
+                time.sleep(2 * SWEEP_SECONDS)  # the worker's sweep meets the outage too
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert client.get("/healthz").status_code == 200
+
+                pg.start()
+                # everything works again without a restart: the pool reconnects by itself
+                _wait_for("the list answering again",
+                          lambda: client.get(BASE, headers=h).status_code == 200, 20, proc, log)
+                r = client.put(f"{BASE}/{card['id']}", headers=h, json={
+                    **_card("Fiscal year", f"The fiscal year starts in month {n + 10}."),
+                    "revision": card["revision"]})
+                assert r.status_code == 200, r.text
+                card = r.json()["card"]
+                r = client.post(BASE, headers=h, json=_card(f"After {mode}", f"Written after the {mode} stop."))
+                assert r.status_code == 201, r.text
+                _wait_for("pending operations completed", lambda: _open_ops(pg.url) == 0,
+                          SWEEP_SECONDS + LEASE_SECONDS + 10, proc, log)
+                hits = _recall(client, h, f"fiscal year month {n + 10}")
+                assert hits is not None
+                assert [c["revision"] for c in hits if c["id"] == card["id"]] == [card["revision"]]
+                r = client.get(BASE, headers=h)
+                assert r.status_code == 200 and r.json()["total"] == 2 + n, r.text
+                r = client.get(f"{BASE}/audit", headers=h)
+                a = r.json()
+                assert r.status_code == 200 and a["pending"] == 0, r.text
+                assert a["missing"] == a["stale"] == a["orphan"] == a["misplaced"] == [], a
+            assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        if pg.running():
+            pg.stop("immediate")
+        shutil.rmtree(pg.folder, ignore_errors=True)
