@@ -367,3 +367,93 @@ def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
         if pg.running():
             pg.stop("immediate")
         shutil.rmtree(pg.folder, ignore_errors=True)
+
+
+@contextmanager
+def _process(argv: list[str], env_vars: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "writer.cli", *argv], cwd=ROOT,
+                                env=env_vars, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def _attempts(url: str, card_id: str) -> int:
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute("SELECT max(attempts) FROM memory.projection_ops WHERE card_id = %s",
+                           [card_id[4:]]).fetchone()
+    return row[0] or 0
+
+
+def test_redis_outage_under_separate_writer_and_worker(make_env, tmp_path):
+    """Redis killed and restarted under ``memarc writer`` + ``memarc worker`` as two processes.
+
+    Separate processes need a Qdrant server and the machine has none: ``MEMARC_QDRANT_URL``
+    names a closed port, so projections fail (and stay open) while the queue itself is what is
+    tested: the worker reconnects by itself and leases the operations saved during the outage,
+    logging the lost connection once."""
+    import asyncio
+
+    async def setup():
+        async with make_env() as env:
+            env.workspace("acme")
+            return env.token("acme"), env.migrator_url, env.settings.database_url
+
+    h, migrator_url, database_url = asyncio.run(setup())
+    rport = free_port()
+    redis_log = tmp_path / "redis.log"
+    redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
+    env_vars = _up_env(tmp_path, MEMARC_DATABASE_URL=database_url,
+                       MEMARC_MIGRATOR_DATABASE_URL=migrator_url,
+                       MEMARC_REDIS_URL=f"redis://127.0.0.1:{rport}/0",
+                       MEMARC_QDRANT_URL=f"http://127.0.0.1:{free_port()}",
+                       MEMARC_MAX_ATTEMPTS="1000")
+    port = free_port()
+    wlog, klog = tmp_path / "writer.log", tmp_path / "worker.log"
+    try:
+        with _process(["writer", "--port", str(port)], env_vars, wlog) as writer, \
+                _process(["worker"], env_vars, klog) as worker, \
+                httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client:
+            _wait_for("the writer answering", lambda: client.get("/healthz").status_code == 200,
+                      60, writer, wlog)
+            r = client.post(BASE, headers=h, json=_card("Fiscal year", "The fiscal year starts in April."))
+            assert r.status_code == 201 and r.json()["index_status"] == "pending", r.text
+            first = r.json()["card"]
+            _wait_for("the worker leasing the first operation",
+                      lambda: _attempts(migrator_url, first["id"]) >= 1, 60, worker, klog)
+
+            redis_proc.kill()
+            redis_proc.wait(10)
+            r = client.post(BASE, headers=h, json=_card("Churn", "Churn counts customers lost per month."))
+            assert r.status_code == 201 and r.json()["index_status"] == "pending", r.text
+            second = r.json()["card"]
+            hits = _recall(client, h, "churn")  # no index server: a 503 with a code
+            assert hits is None or second["id"] not in [c["id"] for c in hits]
+            r = client.get(BASE, headers=h)
+            assert r.status_code == 200 and r.json()["total"] == 2, r.text
+            r = client.get("/readyz")
+            assert r.status_code == 200 and r.json()["dependencies"]["queue"] == "down", r.text
+            r = client.get(f"{BASE}/status", headers=h)
+            assert r.status_code == 200 and r.json()["dependencies"]["queue"] == "down", r.text
+            time.sleep(3 * SWEEP_SECONDS + 1)  # several polls, sweeps and backoff turns
+            assert writer.poll() is None, wlog.read_text()[-3000:]
+            assert worker.poll() is None, klog.read_text()[-3000:]
+            assert _attempts(migrator_url, second["id"]) == 0
+
+            redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
+            _wait_for("the worker leasing the operation saved during the outage",
+                      lambda: _attempts(migrator_url, second["id"]) >= 1,
+                      SWEEP_SECONDS + LEASE_SECONDS + 10, worker, klog)
+            r = client.get("/readyz")
+            assert r.json()["dependencies"]["queue"] == "up", r.text
+            assert writer.poll() is None and worker.poll() is None
+        text = klog.read_text()
+        assert text.count("projection queue connection lost") == 1, text[-3000:]
+        assert text.count("Connect call failed") <= 1, text[-3000:]  # not once per job or poll
+    finally:
+        if redis_proc.poll() is None:
+            redis_proc.kill()
+            redis_proc.wait(10)

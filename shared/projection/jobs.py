@@ -114,6 +114,12 @@ async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # we are being cancelled ourselves
+    except Exception as exc:
+        from shared.projection.queue import is_queue_error
+
+        if not is_queue_error(exc):
+            raise
+        log.warning("worker stopped while Redis is unreachable (heartbeat not removed): %s", exc)
     finally:
         if worker.pool is not None:  # arq's close stopped early (a job cut short, Redis gone)
             await worker.pool.aclose(close_connection_pool=True)
@@ -129,10 +135,11 @@ async def supervise_worker(worker: Worker) -> None:
 
     arq's poll loop raises on the first Redis error, which would end the worker (and, in
     ``memarc up``, every server with it). Here a lost queue connection is logged once per
-    outage (a warning when it is lost, an info line when it is back), the broken pool is
-    dropped, and the loop is started again after ``RECONNECT_FIRST_SECONDS``, doubling up to
-    ``RECONNECT_MAX_SECONDS``. Operations whose jobs were lost stay open in PostgreSQL; the
-    sweep (run again at reconnection) re-enqueues them. Any other error ends the worker.
+    outage (a warning when it is lost, an info line when it is back) and the loop is started
+    again, on the same pool, after ``RECONNECT_FIRST_SECONDS``, doubling up to
+    ``RECONNECT_MAX_SECONDS``; jobs running at that moment end first.
+    Operations whose jobs were lost stay open in PostgreSQL; the sweep (run again at
+    reconnection) re-enqueues them. Any other error ends the worker.
     """
     from shared.projection.queue import is_queue_error
 
@@ -160,12 +167,18 @@ async def supervise_worker(worker: Worker) -> None:
                 log.warning("projection queue connection lost (%s); the worker reconnects with "
                             "backoff, open operations wait in PostgreSQL", exc)
                 lost = True
-        pool, worker._pool = worker._pool, None
-        if pool is not None:
-            try:
-                await pool.aclose(close_connection_pool=True)
-            except Exception:  # closing a broken connection may fail again; it is gone anyway
-                pass
+        # the pool stays: redis-py replaces its broken connections on the next command. Jobs
+        # running now end first (their results cannot be recorded in Redis; their operations
+        # stay open in PostgreSQL) and are reaped here, so that their errors do not surface as a
+        # second outage once Redis is back
+        running = [t for t in worker.tasks.values() if not t.done()]
+        if running:
+            await asyncio.wait(running, timeout=worker.job_timeout_s + 10)
+        for key, t in list(worker.tasks.items()):
+            if t.done():
+                del worker.tasks[key]
+                if not t.cancelled():
+                    t.exception()  # retrieved: a job that could not finish in Redis
         await asyncio.sleep(delay)
         delay = min(2 * delay, RECONNECT_MAX_SECONDS)
         if not worker.allow_pick_jobs:  # stopped while waiting
