@@ -26,7 +26,10 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 from helpers import ROOT, free_port, model_env, skip_or_fail
+
+pytestmark = pytest.mark.slow  # real processes, tens of seconds: still part of `make test`
 
 #: sweep interval and lease of the processes under test (as the SIGKILL test sets them)
 SWEEP_SECONDS, LEASE_SECONDS = 1, 3
@@ -363,6 +366,10 @@ def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
                 assert r.status_code == 200 and a["pending"] == 0, r.text
                 assert a["missing"] == a["stale"] == a["orphan"] == a["misplaced"] == [], a
             assert proc.poll() is None, log.read_text()[-3000:]
+        text = log.read_text()
+        # the worker says so once per outage (not a traceback per sweep, every second)
+        assert text.count("projection and the sweep wait for it") == 2, text[-3000:]
+        assert "cron:sweep failed" not in text and "project_operation failed" not in text, text[-3000:]
     finally:
         if pg.running():
             pg.stop("immediate")

@@ -19,6 +19,7 @@ from shared.projection.project import BATCH_SIZE, project_operations
 from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, job_id, rebuild_job_id,
                                      redis_settings)
 from shared.projection.rebuild import rebuild_index
+from shared.errors import DatabaseUnavailable
 from shared.resources import Resources
 from shared.store import outbox, rebuilds
 
@@ -27,17 +28,41 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 1000
 
 
+def _database_down(ctx: dict[str, Any], exc: DatabaseUnavailable) -> None:
+    """Log PostgreSQL's absence once per outage (the sweep runs every second: a traceback per
+    run would flood the log)."""
+    outages = ctx.setdefault("outages", set())  # the worker's own set: arq copies ctx per job
+    if "database" not in outages:
+        log.warning("%s; projection and the sweep wait for it (open operations stay open)",
+                    exc.message)
+        outages.add("database")
+
+
+def _database_up(ctx: dict[str, Any]) -> None:
+    outages = ctx.get("outages")
+    if outages and "database" in outages:
+        outages.discard("database")
+        log.info("PostgreSQL is back; projection resumes")
+
+
 async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> dict[str, Any]:
     """arq job: complete projection operation ``op_id`` of ``workspace`` (and a batch of others).
 
-    Returns the :class:`~shared.projection.project.ProjectionReport` as a dict.
+    Returns the :class:`~shared.projection.project.ProjectionReport` as a dict, or
+    ``{"error": "database_unavailable"}`` when PostgreSQL cannot be reached (logged once per
+    outage; the operation stays open and the sweep offers it again).
     """
     res: Resources = ctx["resources"]
     assert res.index is not None and res.embedder is not None
     s = res.settings
-    report = await project_operations(res.db, res.index, res.embedder, workspace, op_id,
-                                      lease_seconds=s.lease_seconds, max_attempts=s.max_attempts,
-                                      privacy=res.privacy)
+    try:
+        report = await project_operations(res.db, res.index, res.embedder, workspace, op_id,
+                                          lease_seconds=s.lease_seconds,
+                                          max_attempts=s.max_attempts, privacy=res.privacy)
+    except DatabaseUnavailable as exc:
+        _database_down(ctx, exc)
+        return {"error": "database_unavailable"}
+    _database_up(ctx)
     if report.errors:
         log.warning("projection in %s left %d operation(s) pending: %s", workspace,
                     report.failed, report.errors[0])
@@ -57,14 +82,24 @@ async def rebuild_index_job(ctx: dict[str, Any], workspace: str, rebuild_id: str
 async def sweep(ctx: dict[str, Any]) -> int:
     """arq cron job: re-enqueue open operations (pending, or leased with an expired lease).
 
-    Returns how many job ids were offered to the queue (duplicates of queued jobs are no-ops).
+    Returns how many job ids were offered to the queue (duplicates of queued jobs are no-ops);
+    0 while PostgreSQL cannot be reached (logged once per outage).
     """
+    try:
+        return await _sweep(ctx)
+    except DatabaseUnavailable as exc:
+        _database_down(ctx, exc)
+        return 0
+
+
+async def _sweep(ctx: dict[str, Any]) -> int:
     res: Resources = ctx["resources"]
     redis = ctx["redis"]
     offered = 0
     async with res.db.transaction(None) as conn:
         workspaces = await outbox.workspaces_with_open_operations(conn)
         open_rebuilds = await rebuilds.open_rebuilds(conn)
+    _database_up(ctx)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
                                 _job_id=rebuild_job_id(row["rebuild_id"], row["expired_lease"]))
@@ -229,7 +264,7 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
                         keep_result=0)],
         redis_settings=redis_settings(s.redis_url),
         queue_name=QUEUE_NAME,
-        ctx={"resources": resources},
+        ctx={"resources": resources, "outages": set()},
         burst=burst,
         max_jobs=max_jobs or s.worker_jobs,
         handle_signals=handle_signals,
