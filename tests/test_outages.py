@@ -70,22 +70,35 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def memarc_up(env_vars: dict[str, str], log: Path) -> Iterator[tuple[subprocess.Popen, httpx.Client]]:
+def memarc_up(env_vars: dict[str, str], log: Path
+              ) -> Iterator[tuple[subprocess.Popen, httpx.Client, httpx.Client]]:
     """``memarc up`` as a child process (its own session) on free ports, with a client on its
-    writer once ``/healthz`` answers; stopped (SIGTERM, then SIGKILL) on the way out."""
-    port = free_port()
+    writer once ``/healthz`` answers and one on its explorer signed in as the root actor (the
+    sign-in link it prints); stopped (SIGTERM, then SIGKILL) on the way out."""
+    import json
+    import re
+
+    port, explorer_port = free_port(), free_port()
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "writer.cli", "up", "--port", str(port), "--explorer-port",
-             str(free_port())], cwd=ROOT, env=env_vars, stdout=out, stderr=subprocess.STDOUT,
+             str(explorer_port)], cwd=ROOT, env=env_vars, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client, \
+                httpx.Client(base_url=f"http://127.0.0.1:{explorer_port}", timeout=TIMEOUT) as explorer:
             _wait_for("memarc up answering", lambda: client.get("/healthz").status_code == 200,
                       120, proc, log)
-            yield proc, client
+            sign_in = json.loads(re.search(r'"explorer_sign_in": (".*?")', log.read_text()).group(1))
+            _wait_for("the explorer's sign-in", lambda: explorer.get(sign_in).status_code in (200, 302),
+                      30, proc, log)
+            yield proc, client, explorer
     finally:
         _stop(proc)
+
+
+def _explorer_list(explorer: httpx.Client) -> httpx.Response:
+    return explorer.get("/-/memory/acme.json")
 
 
 def _up_env(tmp_path: Path, **values: str) -> dict[str, str]:
@@ -158,7 +171,7 @@ def test_redis_outage_under_memarc_up(make_env, tmp_path):
                        MEMARC_MIGRATOR_DATABASE_URL=migrator_url,
                        MEMARC_REDIS_URL=f"redis://127.0.0.1:{rport}/0")
     try:
-        with memarc_up(env_vars, log) as (proc, client):
+        with memarc_up(env_vars, log) as (proc, client, explorer):
             r = client.get("/readyz")
             assert r.status_code == 200 and r.json()["dependencies"]["queue"] == "up", r.text
             r = client.post(BASE, headers=h, json=_card("Fiscal year", "The fiscal year starts in April."))
@@ -187,6 +200,8 @@ def test_redis_outage_under_memarc_up(make_env, tmp_path):
             assert r.status_code == 200 and r.json()["total"] == 2, r.text
             r = client.get(f"{BASE}/{second['id']}", headers=h)
             assert r.status_code == 200, r.text
+            r = _explorer_list(explorer)  # the explorer keeps answering
+            assert r.status_code == 200 and len(r.json()["cards"]) == 2, r.text[:500]
             r = client.get("/readyz")
             assert r.status_code == 200, r.text
             assert r.json()["status"] == "degraded" and r.json()["dependencies"]["queue"] == "down", r.text
@@ -316,7 +331,7 @@ def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
     env_vars = _up_env(tmp_path, MEMARC_DATABASE_URL=pg.url, MEMARC_MIGRATOR_DATABASE_URL=pg.url,
                        MEMARC_REDIS_URL=redis_url)
     try:
-        with memarc_up(env_vars, log) as (proc, client):
+        with memarc_up(env_vars, log) as (proc, client, explorer):
             _wait_for("migrated and ready", lambda: client.get("/readyz").status_code == 200, 60,
                       proc, log)
             create_workspace(pg.url, "memory", "acme", "en")
@@ -334,6 +349,8 @@ def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
                 wrong = {route: (r.status_code, r.text[:300]) for route, r in answers.items()
                          if r.status_code != 503 or r.json().get("code") != "database_unavailable"}
                 assert wrong == {}, (mode, wrong)
+                r = _explorer_list(explorer)  # the explorer answers too, with the same code
+                assert r.status_code == 503 and r.json()["code"] == "database_unavailable", r.text[:500]
                 # bounded: the first request may wait the pool's timeout (5 s) to find the
                 # server gone, the others are refused at once
                 assert took < 12, f"{len(answers)} requests took {took:.1f} s with PostgreSQL down"
@@ -361,6 +378,8 @@ def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
                 assert [c["revision"] for c in hits if c["id"] == card["id"]] == [card["revision"]]
                 r = client.get(BASE, headers=h)
                 assert r.status_code == 200 and r.json()["total"] == 2 + n, r.text
+                r = _explorer_list(explorer)
+                assert r.status_code == 200 and len(r.json()["cards"]) == 2 + n, r.text[:500]
                 r = client.get(f"{BASE}/audit", headers=h)
                 a = r.json()
                 assert r.status_code == 200 and a["pending"] == 0, r.text
