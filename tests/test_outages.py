@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from helpers import ROOT, free_port, model_env, skip_or_fail
+from helpers import ROOT, free_port, model_env, skip_or_fail, stop_process
 
 pytestmark = pytest.mark.slow  # real processes, tens of seconds: still part of `make test`
 
@@ -59,16 +58,6 @@ def _wait_for(what: str, check, seconds: float, alive: subprocess.Popen | None =
         time.sleep(0.2)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-
 @contextmanager
 def memarc_up(env_vars: dict[str, str], log: Path
               ) -> Iterator[tuple[subprocess.Popen, httpx.Client, httpx.Client]]:
@@ -94,7 +83,7 @@ def memarc_up(env_vars: dict[str, str], log: Path
                       30, proc, log)
             yield proc, client, explorer
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def _explorer_list(explorer: httpx.Client) -> httpx.Response:
@@ -149,12 +138,9 @@ def _recall(client: httpx.Client, h: dict[str, str], query: str) -> list[dict] |
     return [x["card"] for x in r.json()["results"]]
 
 
-def _card(title: str, rule: str) -> dict:
-    return {"family": "sql_rule", "title": title, "content": {"rule": rule}}
-
-
-def test_redis_outage_under_memarc_up(make_env, tmp_path):
-    """Redis killed and restarted under a running ``memarc up``."""
+def _acme(make_env) -> tuple[dict[str, str], str, str]:
+    """Workspace ``acme`` in the test's database (``make_env``'s, on the shared PostgreSQL):
+    headers with a token, the owner's URL and the runtime URL for the processes under test."""
     import asyncio
 
     async def setup():
@@ -162,7 +148,16 @@ def test_redis_outage_under_memarc_up(make_env, tmp_path):
             env.workspace("acme")
             return env.token("acme"), env.migrator_url, env.settings.database_url
 
-    h, migrator_url, database_url = asyncio.run(setup())
+    return asyncio.run(setup())
+
+
+def _card(title: str, rule: str) -> dict:
+    return {"family": "sql_rule", "title": title, "content": {"rule": rule}}
+
+
+def test_redis_outage_under_memarc_up(make_env, tmp_path):
+    """Redis killed and restarted under a running ``memarc up``."""
+    h, migrator_url, database_url = _acme(make_env)
     rport = free_port()
     redis_log = tmp_path / "redis.log"
     redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
@@ -404,7 +399,7 @@ def _process(argv: list[str], env_vars: dict[str, str], log: Path) -> Iterator[s
     try:
         yield proc
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def _attempts(url: str, card_id: str) -> int:
@@ -421,14 +416,7 @@ def test_redis_outage_under_separate_writer_and_worker(make_env, tmp_path):
     names a closed port, so projections fail (and stay open) while the queue itself is what is
     tested: the worker reconnects by itself and leases the operations saved during the outage,
     logging the lost connection once."""
-    import asyncio
-
-    async def setup():
-        async with make_env() as env:
-            env.workspace("acme")
-            return env.token("acme"), env.migrator_url, env.settings.database_url
-
-    h, migrator_url, database_url = asyncio.run(setup())
+    h, migrator_url, database_url = _acme(make_env)
     rport = free_port()
     redis_log = tmp_path / "redis.log"
     redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
