@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -203,6 +204,10 @@ def test_redis_outage_under_memarc_up(make_env, tmp_path):
             r = client.get(f"{BASE}/status", headers=h)
             assert r.status_code == 200 and r.json()["dependencies"]["queue"] == "down", r.text
             assert r.json()["open_operations"] >= 2
+            r = client.get(f"{BASE}/pending", headers=h)
+            assert r.status_code == 200, r.text
+            r = client.get(f"{BASE}/audit", headers=h)  # the embedded index needs no Redis
+            assert r.status_code == 200 and r.json()["pending"] == 2, r.text
             assert proc.poll() is None, log.read_text()[-3000:]
 
             redis_proc = _redis_server(rport, tmp_path / "redis", redis_log)
@@ -464,9 +469,17 @@ def test_redis_outage_under_separate_writer_and_worker(make_env, tmp_path):
             r = client.get("/readyz")
             assert r.json()["dependencies"]["queue"] == "up", r.text
             assert writer.poll() is None and worker.poll() is None
+            # a worker stopped while Redis is gone exits cleanly, within its grace
+            redis_proc.kill()
+            redis_proc.wait(10)
+            time.sleep(1)
+            os.killpg(worker.pid, signal.SIGTERM)
+            assert worker.wait(30) == 0, klog.read_text()[-3000:]
+            assert "Traceback" not in klog.read_text(), klog.read_text()[-3000:]
         text = klog.read_text()
-        assert text.count("projection queue connection lost") == 1, text[-3000:]
-        assert text.count("Connect call failed") <= 1, text[-3000:]  # not once per job or poll
+        # once per outage (two outages), not once per job or poll
+        assert text.count("projection queue connection lost") == 2, text[-3000:]
+        assert text.count("Connect call failed") <= 3, text[-3000:]
     finally:
         if redis_proc.poll() is None:
             redis_proc.kill()
