@@ -325,12 +325,12 @@ def test_postgresql_outage_under_memarc_up(redis_url, tmp_path):
     from shared.store.bootstrap import create_token, create_workspace
 
     pg = PostgresCluster(_pg_folder(), free_port())
-    pg.init()
-    pg.start()
     log = tmp_path / "up.log"
     env_vars = _up_env(tmp_path, MEMARC_DATABASE_URL=pg.url, MEMARC_MIGRATOR_DATABASE_URL=pg.url,
                        MEMARC_REDIS_URL=redis_url)
     try:
+        pg.init()
+        pg.start()
         with memarc_up(env_vars, log) as (proc, client, explorer):
             _wait_for("migrated and ready", lambda: client.get("/readyz").status_code == 200, 60,
                       proc, log)
