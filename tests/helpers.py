@@ -209,6 +209,21 @@ async def make_incompatible_collection(index: Any, workspace: str, dimension: in
         await asyncio.to_thread(create)
 
 
+def stop_process(proc: Any, grace: float = 20.0) -> None:
+    """Stop a child process started in its own session (``start_new_session=True``) with its
+    whole process group: SIGTERM, then SIGKILL after ``grace`` seconds; a no-op once it exited."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 def free_port() -> int:
     """A free TCP port on loopback (free when asked; a server binds it a moment later)."""
     with socket.socket() as sock:

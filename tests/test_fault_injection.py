@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import msgspec
 import psycopg
-from helpers import free_port, skip_or_fail
+from helpers import free_port, skip_or_fail, stop_process
 
 from shared.projection.jobs import build_worker, stop_worker
 from shared.projection.reconciliation import audit
@@ -301,12 +301,7 @@ async def test_sigkill_in_the_middle_of_projection_then_restart_completes(make_e
                                         "WHERE id = ANY(%s)", [killed]).fetchone()[0]
             assert current == 600 and attempts >= 2  # the killed jobs' operations ran again
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stop_process(proc)
         # the points match PostgreSQL (read the embedded index now that `memarc up` is gone)
         from shared.resources import open_index
 

@@ -256,7 +256,8 @@ class MemoryController(Controller):
          summary="Card and projection counts", opt={"permission": "memory.read"})
     async def status(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
-        """Cards per family, how many have a current projection, open operations."""
+        """Cards per family, how many have a current projection, open operations, and
+        ``dependencies``: ``{"database": "up", "queue": "up" | "down"}`` (Redis)."""
         return await archive.status(principal, workspace_id)
 
     @post("/index", responses=PROBLEM_RESPONSES,
@@ -376,10 +377,16 @@ async def healthz() -> dict[str, str]:
 
 
 @get("/readyz", summary="Readiness", tags=["health"])
-async def readyz(state: State) -> dict[str, str]:
-    """``{"status": "ready"}`` when PostgreSQL answers with the expected schema; 503 otherwise."""
+async def readyz(state: State) -> dict[str, Any]:
+    """``{"status": "ready", "dependencies": {"database": "up", "queue": "up"}}`` when
+    PostgreSQL answers with the expected schema and Redis (the projection queue) answers;
+    ``"status": "degraded"`` with ``"queue": "down"`` while Redis is unreachable (saves still
+    commit, their projection waits); 503 ``database_unavailable`` / ``schema_outdated`` when
+    PostgreSQL is down or not migrated."""
     await state.archive.db.check_schema()
-    return {"status": "ready"}
+    queue = "up" if await state.archive.queue.reachable() else "down"
+    return {"status": "ready" if queue == "up" else "degraded",
+            "dependencies": {"database": "up", "queue": queue}}
 
 
 def create_app(settings: Settings, resources: Resources | None = None) -> Litestar:

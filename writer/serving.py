@@ -23,7 +23,7 @@ from typing import Any
 from shared.auth import Principal
 from shared.cards_file import bundled_cards
 from shared.config import Settings, load_settings
-from shared.projection.jobs import build_worker, stop_worker
+from shared.projection.jobs import build_worker, stop_worker, supervise_worker
 from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
 from writer.demo import demo_token, load_demo_cards
@@ -148,7 +148,7 @@ async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(s.serve()) for s in servers]
     if worker is not None:
-        tasks.append(asyncio.create_task(worker.async_run()))
+        tasks.append(asyncio.create_task(supervise_worker(worker)))
     stopper = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
     for s in servers:

@@ -446,12 +446,16 @@ class Archive:
     # ---- status ----
 
     async def status(self, principal: Principal, workspace: str) -> dict[str, Any]:
-        """Cards per family, how many are projected, and open operations."""
+        """Cards per family, how many are projected, open operations, and whether the
+        dependencies answer (``dependencies``: ``database`` up, since it answered, and ``queue``
+        up or down: Redis, which projects open operations)."""
         principal.require(workspace, "memory.read")
         async with self.db.transaction(workspace, read_only=True) as conn:
             await workspaces.get(conn, workspace)
             families = await cards.family_counts(conn)
             counts = await outbox.projection_counts(conn)
             _, open_ops = await outbox.pending(conn, 1, 0)
+        queue = "up" if await self.queue.reachable() else "down"
         return {"workspace": workspace, "by_family": families, "cards": counts["cards"],
-                "current": counts["current"], "open_operations": open_ops}
+                "current": counts["current"], "open_operations": open_ops,
+                "dependencies": {"database": "up", "queue": queue}}

@@ -19,6 +19,7 @@ from shared.projection.project import BATCH_SIZE, project_operations
 from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, job_id, rebuild_job_id,
                                      redis_settings)
 from shared.projection.rebuild import rebuild_index
+from shared.errors import DatabaseUnavailable
 from shared.resources import Resources
 from shared.store import outbox, rebuilds
 
@@ -27,17 +28,41 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 1000
 
 
+def _database_down(ctx: dict[str, Any], exc: DatabaseUnavailable) -> None:
+    """Log PostgreSQL's absence once per outage (the sweep runs every second: a traceback per
+    run would flood the log)."""
+    outages = ctx.setdefault("outages", set())  # the worker's own set: arq copies ctx per job
+    if "database" not in outages:
+        log.warning("%s; projection and the sweep wait for it (open operations stay open)",
+                    exc.message)
+        outages.add("database")
+
+
+def _database_up(ctx: dict[str, Any]) -> None:
+    outages = ctx.get("outages")
+    if outages and "database" in outages:
+        outages.discard("database")
+        log.info("PostgreSQL is back; projection resumes")
+
+
 async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> dict[str, Any]:
     """arq job: complete projection operation ``op_id`` of ``workspace`` (and a batch of others).
 
-    Returns the :class:`~shared.projection.project.ProjectionReport` as a dict.
+    Returns the :class:`~shared.projection.project.ProjectionReport` as a dict, or
+    ``{"error": "database_unavailable"}`` when PostgreSQL cannot be reached (logged once per
+    outage; the operation stays open and the sweep offers it again).
     """
     res: Resources = ctx["resources"]
     assert res.index is not None and res.embedder is not None
     s = res.settings
-    report = await project_operations(res.db, res.index, res.embedder, workspace, op_id,
-                                      lease_seconds=s.lease_seconds, max_attempts=s.max_attempts,
-                                      privacy=res.privacy)
+    try:
+        report = await project_operations(res.db, res.index, res.embedder, workspace, op_id,
+                                          lease_seconds=s.lease_seconds,
+                                          max_attempts=s.max_attempts, privacy=res.privacy)
+    except DatabaseUnavailable as exc:
+        _database_down(ctx, exc)
+        return {"error": "database_unavailable"}
+    _database_up(ctx)
     if report.errors:
         log.warning("projection in %s left %d operation(s) pending: %s", workspace,
                     report.failed, report.errors[0])
@@ -57,14 +82,24 @@ async def rebuild_index_job(ctx: dict[str, Any], workspace: str, rebuild_id: str
 async def sweep(ctx: dict[str, Any]) -> int:
     """arq cron job: re-enqueue open operations (pending, or leased with an expired lease).
 
-    Returns how many job ids were offered to the queue (duplicates of queued jobs are no-ops).
+    Returns how many job ids were offered to the queue (duplicates of queued jobs are no-ops);
+    0 while PostgreSQL cannot be reached (logged once per outage).
     """
+    try:
+        return await _sweep(ctx)
+    except DatabaseUnavailable as exc:
+        _database_down(ctx, exc)
+        return 0
+
+
+async def _sweep(ctx: dict[str, Any]) -> int:
     res: Resources = ctx["resources"]
     redis = ctx["redis"]
     offered = 0
     async with res.db.transaction(None) as conn:
         workspaces = await outbox.workspaces_with_open_operations(conn)
         open_rebuilds = await rebuilds.open_rebuilds(conn)
+    _database_up(ctx)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
                                 _job_id=rebuild_job_id(row["rebuild_id"], row["expired_lease"]))
@@ -114,9 +149,75 @@ async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise  # we are being cancelled ourselves
+    except Exception as exc:
+        from shared.projection.queue import is_queue_error
+
+        if not is_queue_error(exc):
+            raise
+        log.warning("worker stopped while Redis is unreachable (heartbeat not removed): %s", exc)
     finally:
         if worker.pool is not None:  # arq's close stopped early (a job cut short, Redis gone)
             await worker.pool.aclose(close_connection_pool=True)
+
+
+#: the worker's reconnection backoff after a lost queue connection: first and longest wait
+RECONNECT_FIRST_SECONDS, RECONNECT_MAX_SECONDS = 0.5, 5.0
+
+
+async def supervise_worker(worker: Worker) -> None:
+    """Run an arq worker until it is stopped (:func:`stop_worker`), reconnecting by itself with
+    backoff when Redis is lost (issue 14).
+
+    arq's poll loop raises on the first Redis error, which would end the worker (and, in
+    ``memarc up``, every server with it). Here a lost queue connection is logged once per
+    outage (a warning when it is lost, an info line when it is back) and the loop is started
+    again, on the same pool, after ``RECONNECT_FIRST_SECONDS``, doubling up to
+    ``RECONNECT_MAX_SECONDS``; jobs running at that moment end first.
+    Operations whose jobs were lost stay open in PostgreSQL; the sweep (run again at
+    reconnection) re-enqueues them. Any other error ends the worker.
+    """
+    from shared.projection.queue import is_queue_error
+
+    delay = RECONNECT_FIRST_SECONDS
+    lost = False
+    startup = worker.on_startup
+
+    async def on_startup(ctx: dict[str, Any]) -> None:
+        nonlocal lost, delay
+        if lost:
+            log.info("projection queue connection is back; the worker resumes")
+            lost, delay = False, RECONNECT_FIRST_SECONDS
+        if startup is not None:
+            await startup(ctx)
+
+    worker.on_startup = on_startup
+    while True:
+        try:
+            await worker.async_run()
+            return
+        except Exception as exc:
+            if not is_queue_error(exc) or not worker.allow_pick_jobs:
+                raise
+            if not lost:
+                log.warning("projection queue connection lost (%s); the worker reconnects with "
+                            "backoff, open operations wait in PostgreSQL", exc)
+                lost = True
+        # the pool stays: redis-py replaces its broken connections on the next command. Jobs
+        # running now end first (their results cannot be recorded in Redis; their operations
+        # stay open in PostgreSQL) and are reaped here, so that their errors do not surface as a
+        # second outage once Redis is back
+        running = [t for t in worker.tasks.values() if not t.done()]
+        if running:
+            await asyncio.wait(running, timeout=worker.job_timeout_s + 10)
+        for key, t in list(worker.tasks.items()):
+            if t.done():
+                del worker.tasks[key]
+                if not t.cancelled():
+                    t.exception()  # retrieved: a job that could not finish in Redis
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, RECONNECT_MAX_SECONDS)
+        if not worker.allow_pick_jobs:  # stopped while waiting
+            return
 
 
 HEALTH_SECONDS = 30
@@ -163,7 +264,7 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
                         keep_result=0)],
         redis_settings=redis_settings(s.redis_url),
         queue_name=QUEUE_NAME,
-        ctx={"resources": resources},
+        ctx={"resources": resources, "outages": set()},
         burst=burst,
         max_jobs=max_jobs or s.worker_jobs,
         handle_signals=handle_signals,

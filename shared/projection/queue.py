@@ -51,6 +51,15 @@ def redis_settings(url: str) -> RedisSettings:
     return settings
 
 
+def is_queue_error(exc: BaseException) -> bool:
+    """True for the errors of an unreachable or failing Redis (connection refused or lost, a
+    timeout, a server still loading): the queue is unavailable, not the request wrong."""
+    import redis.exceptions
+
+    return isinstance(exc, (OSError, ConnectionError, TimeoutError, asyncio.TimeoutError,
+                            redis.exceptions.RedisError))
+
+
 class ProjectionQueue:
     """Lazily connected arq pool; survives Redis outages (reconnects on the next call)."""
 
@@ -77,20 +86,13 @@ class ProjectionQueue:
             for op_id in op_ids:
                 await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
             return True
-        except (OSError, ConnectionError, TimeoutError, asyncio.TimeoutError) as exc:
+        except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...) too
+            if not is_queue_error(exc):
+                raise
             log.warning("projection queue unavailable (%d job(s) not enqueued; their operations "
                         "stay pending until the sweep): %s", len(op_ids), exc)
             await self._reset()
             return False
-        except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...)
-            import redis.exceptions
-
-            if isinstance(exc, redis.exceptions.RedisError):
-                log.warning("projection queue unavailable (%d job(s) not enqueued; their "
-                            "operations stay pending until the sweep): %s", len(op_ids), exc)
-                await self._reset()
-                return False
-            raise
 
     async def enqueue_rebuild(self, workspace: str, rebuild_id: object) -> bool:
         """Enqueue a tracked rebuild; False if Redis is unavailable (the sweep retries)."""
@@ -100,11 +102,22 @@ class ProjectionQueue:
                                    _job_id=rebuild_job_id(rebuild_id))
             return True
         except Exception as exc:
-            import redis.exceptions
-
-            if isinstance(exc, (OSError, ConnectionError, TimeoutError, redis.exceptions.RedisError)):
+            if is_queue_error(exc):
                 log.warning("projection queue unavailable; rebuild %s stays queued: %s",
                             rebuild_id, exc)
+                await self._reset()
+                return False
+            raise
+
+    async def reachable(self, timeout: float = 2.0) -> bool:
+        """True when Redis answers a ping within ``timeout`` seconds (readiness and status say
+        whether the queue is up); False when it is unreachable or not configured."""
+        try:
+            pool = await asyncio.wait_for(self._get(), timeout)
+            await asyncio.wait_for(pool.ping(), timeout)
+            return True
+        except Exception as exc:
+            if is_queue_error(exc):
                 await self._reset()
                 return False
             raise
