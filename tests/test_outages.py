@@ -484,3 +484,45 @@ def test_redis_outage_under_separate_writer_and_worker(make_env, tmp_path):
         if redis_proc.poll() is None:
             redis_proc.kill()
             redis_proc.wait(10)
+
+
+async def test_the_writer_logs_a_queue_outage_once_and_its_end(tmp_path):
+    """Issue 14: while Redis is down every save is still a success (pending), and the writer's
+    queue logs the outage once, not once per save; the first enqueue after Redis is back logs
+    the end, and a second outage is logged again. A redis-server of the test's own is killed
+    and started again on the same port."""
+    import logging
+
+    from shared.projection.queue import ProjectionQueue
+
+    port = free_port()
+    proc = _redis_server(port, tmp_path / "redis", tmp_path / "redis.log")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("shared.projection.queue")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    queue = ProjectionQueue(f"redis://127.0.0.1:{port}/0")
+    try:
+        assert await queue.enqueue("acme", [1])
+
+        def warnings() -> list[str]:
+            return [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+
+        for outage in (1, 2):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            assert [await queue.enqueue("acme", [10 * outage + i]) for i in range(4)] == [False] * 4
+            assert not await queue.enqueue_rebuild("acme", "r")
+            assert len(warnings()) == outage, warnings()  # once per outage, not per save
+            assert "logged once until the queue answers again" in warnings()[-1]
+            proc = _redis_server(port, tmp_path / "redis", tmp_path / "redis.log")
+            assert await queue.enqueue("acme", [100 + outage])
+            assert [r.getMessage() for r in records].count("projection queue reachable again") == outage
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        await queue.close()
+        stop_process(proc)

@@ -67,6 +67,21 @@ class ProjectionQueue:
         self.url = url
         self._pool: ArqRedis | None = None
         self._lock = asyncio.Lock()
+        self._down = False  # an outage was logged; the next success logs its end
+
+    def _unavailable(self, message: str, *args: object) -> None:
+        """Log an unavailable queue once per outage (a warning), then at debug level until an
+        enqueue succeeds again, so a Redis outage is not one warning per save."""
+        if self._down:
+            log.debug(message, *args)
+        else:
+            self._down = True
+            log.warning(message + " (logged once until the queue answers again)", *args)
+
+    def _available(self) -> None:
+        if self._down:
+            self._down = False
+            log.info("projection queue reachable again")
 
     async def _get(self) -> ArqRedis:
         if self.url is None:
@@ -85,12 +100,13 @@ class ProjectionQueue:
             pool = await self._get()
             for op_id in op_ids:
                 await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
+            self._available()
             return True
         except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...) too
             if not is_queue_error(exc):
                 raise
-            log.warning("projection queue unavailable (%d job(s) not enqueued; their operations "
-                        "stay pending until the sweep): %s", len(op_ids), exc)
+            self._unavailable("projection queue unavailable (%d job(s) not enqueued; their "
+                              "operations stay pending until the sweep): %s", len(op_ids), exc)
             await self._reset()
             return False
 
@@ -100,11 +116,12 @@ class ProjectionQueue:
             pool = await self._get()
             await pool.enqueue_job(REBUILD_JOB, workspace, str(rebuild_id),
                                    _job_id=rebuild_job_id(rebuild_id))
+            self._available()
             return True
         except Exception as exc:
             if is_queue_error(exc):
-                log.warning("projection queue unavailable; rebuild %s stays queued: %s",
-                            rebuild_id, exc)
+                self._unavailable("projection queue unavailable; rebuild %s stays queued: %s",
+                                  rebuild_id, exc)
                 await self._reset()
                 return False
             raise
