@@ -66,6 +66,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     lease_seconds: int = 120
     max_attempts: int = 5
     worker_jobs: int = 2
+    lock_timeout_seconds: float = 10.0
     privacy_max_chars: int = 500_000
 
     @property
@@ -151,6 +152,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "lease_seconds": int(get("MEMARC_LEASE_SECONDS") or 120),
         "max_attempts": int(get("MEMARC_MAX_ATTEMPTS") or 5),
         "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
+        "lock_timeout_seconds": float(get("MEMARC_LOCK_TIMEOUT_SECONDS") or 10),
         "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
     }
     values.update(overrides)

@@ -89,6 +89,13 @@ class DatabaseUnavailable(Unavailable):
     code = "database_unavailable"
 
 
+class LockTimeout(Unavailable):
+    """A workspace lock (or a row lock) was not granted within ``MEMARC_LOCK_TIMEOUT_SECONDS``:
+    another transaction of the workspace holds it (a long rebuild switch, a stuck client)."""
+
+    code = "lock_timeout"
+
+
 class SchemaOutdated(Unavailable):
     """The archive schema is missing or outdated: run `memarc migrate`."""
 

@@ -56,7 +56,8 @@ class Resources:
         """
         if not settings.database_url:
             raise ValueError("MEMARC_DATABASE_URL is not set")
-        db = Database(settings.database_url, settings.db_schema)
+        db = Database(settings.database_url, settings.db_schema,
+                      lock_timeout=settings.lock_timeout_seconds)
         await db.open()
         if check_schema:
             try:

@@ -192,3 +192,51 @@ async def test_embedded_index_outage_during_save_and_job_then_converges(make_env
             "query": "bookings counted by ship date", "mode": "rules"})
         assert r.json()["results"][0]["card"]["revision"] == 2
         assert "ship_date" in r.json()["results"][0]["card"]["content"]["rule"]
+
+
+async def test_a_lock_held_too_long_is_a_503_lock_timeout_not_a_hang(make_env):
+    """Issue 14: a transaction that waits for the workspace lock waits at most
+    ``MEMARC_LOCK_TIMEOUT_SECONDS`` and then answers 503 ``lock_timeout`` (PostgreSQL's
+    ``lock_timeout``); nothing is written, other workspaces are not held up, and the same request
+    succeeds once the lock is free. The lock is held by a real second connection."""
+    import asyncio
+    import time
+
+    async with make_env(lock_timeout_seconds=1.0) as env:
+        env.workspace("acme")
+        env.workspace("other")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, json=CARD, headers=h)).json()["card"]
+        await env.drain()  # projected: a recall finds it and must verify it under the lock
+        holding, release = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with env.resources.db.transaction("acme", lock="exclusive"):
+                holding.set()
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        await asyncio.wait_for(holding.wait(), 10)
+        try:
+            t0 = time.monotonic()
+            r = await asyncio.wait_for(  # bounded here too: without the timeout it would hang
+                env.client.put(f"{BASE}/{card['id']}", headers=h,
+                               json={**CARD, "title": "changed", "revision": card["revision"]}), 15)
+            waited = time.monotonic() - t0
+            assert r.status_code == 503 and r.json()["code"] == "lock_timeout", r.text
+            assert 0.9 <= waited < 5, waited
+            r = await env.client.post(f"{BASE}/search", headers=h,
+                                      json={"query": "count bookings by order date", "mode": "rules"})
+            assert r.status_code == 503 and r.json()["code"] == "lock_timeout", r.text
+            # another workspace is not held up; the database is not reported down
+            r = await env.client.post("/api/workspaces/other/memory", headers=env.token("other"),
+                                      json=CARD)
+            assert r.status_code == 201, r.text
+        finally:
+            release.set()
+            await holder
+        got = (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()
+        assert got["card"]["title"] == CARD["title"] and got["card"]["revision"] == card["revision"]
+        r = await env.client.put(f"{BASE}/{card['id']}", headers=h,
+                                 json={**CARD, "title": "changed", "revision": card["revision"]})
+        assert r.status_code == 200, r.text

@@ -26,7 +26,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from shared.errors import DatabaseUnavailable, InvalidInput, SchemaOutdated
+from shared.errors import DatabaseUnavailable, InvalidInput, LockTimeout, SchemaOutdated
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +109,13 @@ class Database:
     """
 
     def __init__(self, url: str, schema: str = "memory", *, min_size: int = 1, max_size: int = 8,
-                 timeout: float = 5.0) -> None:
+                 timeout: float = 5.0, lock_timeout: float = 10.0) -> None:
         self.url = url
         self.schema = schema
         self.timeout = timeout
+        #: seconds a transaction that takes the workspace lock waits for it (and for row locks
+        #: after it) before it ends in :class:`LockTimeout` (503 ``lock_timeout``), never a hang
+        self.lock_timeout = lock_timeout
         self.pool = AsyncConnectionPool(
             url,
             min_size=min_size,
@@ -152,6 +155,10 @@ class Database:
                 yield conn
         except psycopg.DataError as exc:  # a value PostgreSQL cannot store: bad input, not a 500
             raise InvalidInput(f"invalid value: {exc.diag.message_primary or exc}") from exc
+        except psycopg.errors.LockNotAvailable as exc:  # lock_timeout: the server is fine
+            raise LockTimeout(f"a lock of this workspace was not granted within "
+                              f"{self.lock_timeout:g} s (MEMARC_LOCK_TIMEOUT_SECONDS); "
+                              "try again") from exc
         except SCHEMA_ERRORS as exc:
             raise translate_schema_error(exc) from exc
         except (PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -187,8 +194,11 @@ class Database:
     ) -> AsyncIterator[AsyncConnection]:
         """One transaction as the runtime (or reader) role with ``workspace`` set for RLS.
 
-        :param lock: take the workspace advisory lock, exclusively (writes) or shared (recall).
+        :param lock: take the workspace advisory lock, exclusively (writes) or shared (recall),
+            waiting at most ``lock_timeout`` seconds.
         :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+        :raises LockTimeout: the lock (or a row lock later in the transaction) was not granted in
+            time.
         """
         # One statement sets up the transaction (one round trip instead of four):
         # set_config('role', …, true) is SET LOCAL ROLE, and 'transaction_read_only' is
@@ -197,12 +207,13 @@ class Database:
                  sql.SQL("set_config('memarc.workspace', %(workspace)s, true)")]
         if read_only:
             setup.insert(0, sql.SQL("set_config('transaction_read_only', 'on', true)"))
-        if lock is not None:
+        if lock is not None:  # bounded wait (lock_timeout is set before the lock is asked for)
+            setup.append(sql.SQL("set_config('lock_timeout', %(lock_timeout)s, true)"))
             setup.append(sql.SQL(Q.workspace_lock_expr if lock == "exclusive"
                                  else Q.workspace_lock_shared_expr))
         statement = sql.SQL("SELECT ") + sql.SQL(", ").join(setup)
         params = {"role": RUNTIME_ROLE if role == "runtime" else READER_ROLE,
-                  "workspace": workspace or ""}
+                  "workspace": workspace or "", "lock_timeout": f"{int(self.lock_timeout * 1000)}ms"}
         async with self.connection() as conn:
             async with conn.transaction():
                 await conn.execute(statement, params)
