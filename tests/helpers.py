@@ -26,7 +26,7 @@ import pytest
 from litestar import Litestar
 
 from shared.config import Settings
-from shared.projection.jobs import build_worker
+from shared.projection.jobs import build_worker, stop_worker
 from shared.resources import Resources
 from shared.store.bootstrap import create_token, create_workspace
 
@@ -140,6 +140,20 @@ class Env:
             await worker.main()
         finally:
             await worker.close()
+
+    @asynccontextmanager
+    async def running_worker(self, **kw: Any) -> AsyncIterator[Any]:
+        """A worker (not a burst one: it keeps polling) running in the background for the
+        block, then stopped as ``memarc worker`` stops (:func:`stop_worker`); ``kw`` as
+        :func:`build_worker` (``poll_delay`` 0.05 unless given)."""
+        worker = build_worker(self.resources, **{"poll_delay": 0.05, **kw})
+        task = asyncio.create_task(worker.async_run())
+        try:
+            yield worker
+        finally:
+            await stop_worker(worker)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def skip_or_fail(reason: str) -> None:

@@ -463,14 +463,11 @@ async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(ma
     """Issue 7: arq with max_jobs=4 in one process, 30 quick updates of one card while the worker
     runs. The recorded projection's revision never goes down, and the end state is the last
     revision everywhere (PostgreSQL record, point payload, recall content)."""
-    from shared.projection.jobs import build_worker, stop_worker
 
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
         card = (await _create(env, h, 1))[0]
-        worker = build_worker(env.resources, max_jobs=4, poll_delay=0.01)
-        task = asyncio.create_task(worker.async_run())
         seen: list[int] = []
 
         def recorded() -> int:
@@ -479,7 +476,7 @@ async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(ma
                                    [uuid.UUID(card["id"][4:])]).fetchone()
             return row[0] if row else 0
 
-        try:
+        async with env.running_worker(max_jobs=4, poll_delay=0.01):
             revision = card["revision"]
             for i in range(30):
                 r = await env.client.put(f"{BASE}/{card['id']}", headers=h, json=_rule(
@@ -493,10 +490,6 @@ async def test_a_burst_of_updates_to_one_card_never_records_an_older_revision(ma
                 if await asyncio.to_thread(recorded) == revision:
                     break
                 await asyncio.sleep(0.05)
-        finally:
-            await stop_worker(worker)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
         seen.append(await asyncio.to_thread(recorded))
         assert seen == sorted(seen), seen          # never an older revision after a newer one
         assert seen[-1] == revision == 31
@@ -582,7 +575,6 @@ async def test_jobs_that_died_with_their_worker_are_offered_again_under_ids_of_t
     PostgreSQL rows leased with an expired lease."""
     from arq.constants import in_progress_key_prefix
 
-    from shared.projection.jobs import build_worker, stop_worker
     from shared.projection.queue import PROJECT_JOB, REBUILD_JOB, job_id, rebuild_job_id
 
     async with make_env() as env:
@@ -612,30 +604,21 @@ async def test_jobs_that_died_with_their_worker_are_offered_again_under_ids_of_t
             assert set(dead) <= queued_before
             # a worker (not a burst one: the dead jobs stay queued and "in progress"); its
             # start-up sweep offers the restarts
-            worker = build_worker(env.resources, poll_delay=0.05)
-            task = asyncio.create_task(worker.async_run())
-            try:
+            async with env.running_worker():
                 for _ in range(600):
                     row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
-                    with psycopg.connect(env.migrator_url, autocommit=True) as conn:
-                        left = conn.execute("SELECT count(*) FROM memory.projection_ops "
-                                            "WHERE status <> 'done'").fetchone()[0]
+                    left = env.scalar("SELECT count(*) FROM memory.projection_ops "
+                                      "WHERE status <> 'done'")
                     if row["status"] == "done" and left == 0:
                         break
                     await asyncio.sleep(0.1)
-            finally:
-                await stop_worker(worker)
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
             queued_after = {x.decode() for x in await pool.zrange(QUEUE_NAME, 0, -1)
                             if not x.startswith(b"cron:")}  # the next sweep may be queued
             assert queued_after == set(dead)  # only the dead attempts are left, still "in progress"
         finally:
             await pool.aclose()
         assert row["status"] == "done" and row["summary"]["written"] == 2, row
-        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
-            attempts = conn.execute("SELECT min(attempts) FROM memory.projection_ops WHERE id = ANY(%s)",
-                                    [ops]).fetchone()[0]
+        attempts = env.scalar("SELECT min(attempts) FROM memory.projection_ops WHERE id = ANY(%s)", ops)
         assert left == 0 and attempts == 2
         res = await _search(env, h)
         assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
