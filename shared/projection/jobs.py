@@ -16,8 +16,8 @@ from typing import Any
 from arq import Worker, cron
 
 from shared.projection.project import BATCH_SIZE, project_operations
-from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, job_id, rebuild_job_id,
-                                     redis_settings)
+from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, OutageLog, job_id,
+                                     rebuild_job_id, redis_settings)
 from shared.projection.rebuild import rebuild_index
 from shared.errors import DatabaseUnavailable
 from shared.resources import Resources
@@ -29,20 +29,15 @@ SWEEP_BATCH = 1000
 
 
 def _database_down(ctx: dict[str, Any], exc: DatabaseUnavailable) -> None:
-    """Log PostgreSQL's absence once per outage (the sweep runs every second: a traceback per
-    run would flood the log)."""
-    outages = ctx.setdefault("outages", set())  # the worker's own set: arq copies ctx per job
-    if "database" not in outages:
-        log.warning("%s; projection and the sweep wait for it (open operations stay open)",
-                    exc.message)
-        outages.add("database")
+    """Log PostgreSQL's absence once per outage through the worker's :class:`OutageLog` (built
+    with the worker: arq copies ctx per job, shallowly, so every job shares it); the sweep runs
+    every second, so a traceback per run would flood the log."""
+    ctx["database_outage"].failed("%s; projection and the sweep wait for it (open operations "
+                                 "stay open)", exc.message)
 
 
 def _database_up(ctx: dict[str, Any]) -> None:
-    outages = ctx.get("outages")
-    if outages and "database" in outages:
-        outages.discard("database")
-        log.info("PostgreSQL is back; projection resumes")
+    ctx["database_outage"].succeeded()
 
 
 async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> dict[str, Any]:
@@ -264,7 +259,8 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
                         keep_result=0)],
         redis_settings=redis_settings(s.redis_url),
         queue_name=QUEUE_NAME,
-        ctx={"resources": resources, "outages": set()},
+        ctx={"resources": resources,
+             "database_outage": OutageLog(log, "PostgreSQL is back; projection resumes")},
         burst=burst,
         max_jobs=max_jobs or s.worker_jobs,
         handle_signals=handle_signals,

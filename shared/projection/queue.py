@@ -60,6 +60,30 @@ def is_queue_error(exc: BaseException) -> bool:
                             redis.exceptions.RedisError))
 
 
+class OutageLog:
+    """Logs a dependency's outage once: a warning when the first call fails, debug lines while
+    it lasts, and ``back`` (info) at the first success after it, so that an outage is not one
+    warning per save, job or sweep. One instance per dependency and process."""
+
+    def __init__(self, logger: logging.Logger, back: str) -> None:
+        self.logger, self.back = logger, back
+        self.down = False
+
+    def failed(self, message: str, *args: object) -> None:
+        """Record a failed call: a warning if it starts an outage, else a debug line."""
+        if self.down:
+            self.logger.debug(message, *args)
+        else:
+            self.down = True
+            self.logger.warning(message, *args)
+
+    def succeeded(self) -> None:
+        """Record a successful call: ``back`` if it ends an outage."""
+        if self.down:
+            self.down = False
+            self.logger.info(self.back)
+
+
 class ProjectionQueue:
     """Lazily connected arq pool; survives Redis outages (reconnects on the next call)."""
 
@@ -67,21 +91,7 @@ class ProjectionQueue:
         self.url = url
         self._pool: ArqRedis | None = None
         self._lock = asyncio.Lock()
-        self._down = False  # an outage was logged; the next success logs its end
-
-    def _unavailable(self, message: str, *args: object) -> None:
-        """Log an unavailable queue once per outage (a warning), then at debug level until an
-        enqueue succeeds again, so a Redis outage is not one warning per save."""
-        if self._down:
-            log.debug(message, *args)
-        else:
-            self._down = True
-            log.warning(message + " (logged once until the queue answers again)", *args)
-
-    def _available(self) -> None:
-        if self._down:
-            self._down = False
-            log.info("projection queue reachable again")
+        self._outage = OutageLog(log, "projection queue reachable again")
 
     async def _get(self) -> ArqRedis:
         if self.url is None:
@@ -100,13 +110,14 @@ class ProjectionQueue:
             pool = await self._get()
             for op_id in op_ids:
                 await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
-            self._available()
+            self._outage.succeeded()
             return True
         except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...) too
             if not is_queue_error(exc):
                 raise
-            self._unavailable("projection queue unavailable (%d job(s) not enqueued; their "
-                              "operations stay pending until the sweep): %s", len(op_ids), exc)
+            self._outage.failed("projection queue unavailable (%d job(s) not enqueued; their "
+                                "operations stay pending until the sweep; logged once until the "
+                                "queue answers again): %s", len(op_ids), exc)
             await self._reset()
             return False
 
@@ -116,12 +127,13 @@ class ProjectionQueue:
             pool = await self._get()
             await pool.enqueue_job(REBUILD_JOB, workspace, str(rebuild_id),
                                    _job_id=rebuild_job_id(rebuild_id))
-            self._available()
+            self._outage.succeeded()
             return True
         except Exception as exc:
             if is_queue_error(exc):
-                self._unavailable("projection queue unavailable; rebuild %s stays queued: %s",
-                                  rebuild_id, exc)
+                self._outage.failed("projection queue unavailable; rebuild %s stays queued "
+                                    "(logged once until the queue answers again): %s",
+                                    rebuild_id, exc)
                 await self._reset()
                 return False
             raise
