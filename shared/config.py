@@ -26,6 +26,7 @@
 | MEMARC_MAX_ATTEMPTS | failures before an operation is shown as failed | 5 |
 | MEMARC_WORKER_JOBS | concurrent projection jobs per worker | 2 |
 | MEMARC_PRIVACY_MAX_CHARS | longest text the privacy filter accepts; a longer card fails its projection (closed) | 500000 |
+| MEMARC_METRICS_TOKEN_FILE | a file holding the bearer token `GET /metrics` then requires | none (`/metrics` is open) |
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     worker_jobs: int = 2
     lock_timeout_seconds: float = 10.0
     privacy_max_chars: int = 500_000
+    metrics_token: str | None = None
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -127,6 +129,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         get("MEMARC_MIGRATOR_DATABASE_URL"), get("MEMARC_MIGRATOR_PASSWORD_FILE")
     )
     api_key_file = get("MEMARC_QDRANT_API_KEY_FILE")
+    metrics_token_file = get("MEMARC_METRICS_TOKEN_FILE")
     values: dict[str, object] = {
         "database_url": db_url,
         "migrator_database_url": migrator or db_url,
@@ -154,6 +157,8 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
         "lock_timeout_seconds": float(get("MEMARC_LOCK_TIMEOUT_SECONDS") or 10),
         "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
+        "metrics_token": (Path(metrics_token_file).read_text(encoding="utf-8").strip() or None
+                          if metrics_token_file else None),
     }
     values.update(overrides)
     if values["index_engine"] not in INDEX_ENGINES:

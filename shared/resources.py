@@ -1,7 +1,7 @@
 """The process resources: what one process opens once and shares, and the use cases built on them.
 
-:class:`Resources` holds the database pool, queue, index, embedder and privacy filter;
-:meth:`Resources.archive` is the one construction of the archive's use cases (writer, runner,
+:class:`Resources` holds the database pool, queue, index, embedder, privacy filter and the
+process's metrics; :meth:`Resources.archive` is the one construction of the archive's use cases (writer, runner,
 explorer, benchmarks and tests all take theirs from it); :func:`open_index` picks the index
 engine from the settings.
 """
@@ -17,6 +17,8 @@ from shared.errors import DatabaseUnavailable
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.index.qdrant import QdrantClientEngine
+from shared.metrics import Metrics
+from shared.models import PROJECTION_FORMAT
 from shared.privacy import PrivacyFilter
 from shared.projection.queue import ProjectionQueue
 from shared.store.database import Database
@@ -35,10 +37,19 @@ def open_index(settings: Settings) -> IndexEngine:
     return QdrantClientEngine(settings)
 
 
+def index_engine_name(settings: Settings) -> str:
+    """The index engine :func:`open_index` opens, as the metrics name it: ``qdrant-server``,
+    ``qdrant-edge`` or ``qdrant-local``."""
+    if not settings.embedded_qdrant:
+        return "qdrant-server"
+    return "qdrant-edge" if settings.index_engine == "edge" else "qdrant-local"
+
+
 @dataclass
 class Resources:
-    """What one process opens once and shares: database pool, queue, index, embedder, and the
-    privacy filter applied to everything sent to the embedder or the index."""
+    """What one process opens once and shares: database pool, queue, index, embedder, the
+    privacy filter applied to everything sent to the embedder or the index, and the process's
+    metrics (:class:`~shared.metrics.Metrics`, a registry of its own per set of resources)."""
 
     settings: Settings
     db: Database
@@ -46,6 +57,7 @@ class Resources:
     index: IndexEngine | None
     embedder: Embedder | None
     privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
     async def open(cls, settings: Settings, *, with_index: bool = True,
@@ -71,20 +83,22 @@ class Resources:
                 raise
         index = open_index(settings) if with_index else None
         embedder = Embedder(settings) if with_index else None
+        metrics = Metrics(index_engine_name(settings) if with_index else "none", PROJECTION_FORMAT)
         return cls(settings, db, ProjectionQueue(settings.redis_url), index, embedder,
-                   PrivacyFilter(max_chars=settings.privacy_max_chars))
+                   PrivacyFilter(max_chars=settings.privacy_max_chars), metrics)
 
     def archive(self) -> Archive:
         """The archive's use cases over these resources: card administration, the index
         lifecycle and recall (:class:`~shared.archive.cards.Archive`), with the session workflow
         (``.workflow``) and the schema-change cleanup (``.schema_changes``) over the same
         database and queue. Recall sends its query and filter values through :attr:`privacy`,
-        the filter that projection uses (``MEMARC_PRIVACY_MAX_CHARS``). A new, cheap object per
+        the filter that projection uses (``MEMARC_PRIVACY_MAX_CHARS``), and observes its stages
+        in :attr:`metrics`. A new, cheap object per
         call (it holds references only); without an index or embedder, recall raises
         :class:`~shared.errors.IndexUnavailable` / :class:`~shared.errors.EmbedderUnavailable`.
         """
         return Archive(self.settings, self.db, self.queue, self.index, self.embedder,
-                       privacy=self.privacy)
+                       privacy=self.privacy, metrics=self.metrics)
 
     async def close(self) -> None:
         """Close everything opened."""

@@ -67,7 +67,7 @@ PROBLEM_FIELDS = {"type", "title", "status", "detail", "code"}
 #: Routes a memory.read token may use (recall and counts); every other one answers it 403.
 READ_ROUTES = {("POST", "/api/workspaces/{workspace_id}/memory/search"),
                ("GET", "/api/workspaces/{workspace_id}/memory/status")}
-PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
+PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 _S = "/api/workspaces/{workspace_id}/sessions/{session_id}"
 #: The reviewer gate: the routes a memory.propose token and a memory.review token may use.
 PROPOSE_ROUTES = {("POST", f"{_S}/proposals"), ("GET", f"{_S}/summary")}

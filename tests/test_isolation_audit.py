@@ -31,7 +31,7 @@ from writer.cli import COMMANDS, main
 ALL = ("memory.manage", "memory.propose", "memory.review", "memory.schema")
 #: Tables that hold no workspace data (migration bookkeeping, projection format history).
 GLOBAL_TABLES = {"schema_migrations", "projection_formats"}
-PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
+PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 
 
 def card(title: str, **extra: Any) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from shared.projection.reconciliation import AuditReport
 from shared.resources import Resources
 from shared.store.listing import ListQuery
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
+from writer.metrics import RequestMetrics, metrics
 from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES
 from writer.workflow import SchemaChangeController, SessionController
 
@@ -407,11 +408,14 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
 
     state = State()
     state.auth_failures = FailedAuthLog()
+    state.metrics_token = settings.metrics_token
     if resources is not None:
         state.archive = resources.archive()
     return Litestar(
-        route_handlers=[MemoryController, SessionController, SchemaChangeController, healthz, readyz],
+        route_handlers=[MemoryController, SessionController, SchemaChangeController, healthz, readyz,
+                        metrics],
         lifespan=[lifespan],
+        middleware=[RequestMetrics()],
         state=state,
         exception_handlers={
             ArchiveError: _archive_error,

@@ -204,6 +204,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         info: dict[str, Any] = {
             "writer": f"http://{host}:{port}",
             "openapi": f"http://{host}:{port}/schema",
+            "metrics": f"http://{host}:{port}/metrics",
             "explorer": f"http://{host}:{explorer_port}/-/memory",
             "index": settings.qdrant_url or (
                 f"embedded Qdrant Edge: {Path(settings.data_dir) / 'edge'}"

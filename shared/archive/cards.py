@@ -25,15 +25,17 @@ from shared import models
 from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.config import Settings
-from shared.errors import Conflict, EmbedderUnavailable, IndexUnavailable, InvalidInput, NotFound
+from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
+                           InvalidInput, NotFound, SchemaOutdated)
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
+from shared.metrics import Metrics, QueueFigures
 from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink,
                            SearchRequest, card_id_str, parse_card_id, validate_card_write)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import BATCH_SIZE
-from shared.projection.queue import ProjectionQueue
-from shared.recall.verified import recall
+from shared.projection.queue import OutageLog, ProjectionQueue
+from shared.recall.verified import RecallTimings, recall
 from shared.store import activity_log, cards, listing, outbox, rebuilds, workspaces
 from shared.store.database import Database
 from shared.store.listing import ListQuery
@@ -114,18 +116,21 @@ class Archive:
     (a writer without an index): card administration works, recall raises
     :class:`IndexUnavailable` / :class:`EmbedderUnavailable`. ``privacy`` filters what recall
     sends to the embedder and the index. ``workflow`` and ``schema_changes`` are the session
-    workflow and the schema-change cleanup over the same database and queue.
+    workflow and the schema-change cleanup over the same database and queue. ``metrics``: where
+    recall observes its stages (default: a registry of this archive's own).
     """
 
     def __init__(self, settings: Settings, db: Database, queue: ProjectionQueue,
                  index: IndexEngine | None = None, embedder: Embedder | None = None, *,
-                 privacy: PrivacyFilter = DEFAULT_FILTER) -> None:
+                 privacy: PrivacyFilter = DEFAULT_FILTER, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.db = db
         self.queue = queue
         self.index = index
         self.embedder = embedder
         self.privacy = privacy
+        self.metrics = metrics or Metrics()
+        self._metrics_outage = OutageLog(log, "metrics read the projection queue again")
         self.workflow = Workflow(db, queue)
         self.schema_changes = SchemaChanges(db, queue)
 
@@ -379,6 +384,9 @@ class Archive:
         :func:`shared.recall.verified.recall` (``role``: the database role of its reads; the
         explorer passes ``reader``).
 
+        A completed recall adds one observation per stage to
+        ``memarc_recall_stage_duration_seconds`` (:meth:`shared.metrics.Metrics.observe_recall`).
+
         :raises IndexUnavailable / EmbedderUnavailable: this process has no index or model.
         :raises PrivacyFilterFailed: the privacy filter refused the query (nothing was sent).
         """
@@ -388,8 +396,27 @@ class Archive:
                                    "MEMARC_QDRANT_URL)")
         if self.embedder is None:
             raise EmbedderUnavailable()
-        return await recall(self.db, self.index, self.embedder, principal, workspace, req,
-                            role=role, privacy=self.privacy)
+        timings = RecallTimings()
+        response = await recall(self.db, self.index, self.embedder, principal, workspace, req,
+                                role=role, privacy=self.privacy, timings=timings)
+        self.metrics.observe_recall(timings.stages())
+        return response
+
+    # ---- metrics ----
+
+    async def queue_figures(self) -> QueueFigures | None:
+        """The projection queue of every workspace as PostgreSQL holds it now
+        (:func:`shared.store.outbox.queue_figures`), or None when PostgreSQL cannot be reached
+        or is not migrated (the metrics then say ``memarc_database_up 0``; logged once per
+        outage). No principal: the figures are counts and ages per workspace id, never card
+        content."""
+        try:
+            figures = await outbox.queue_figures(self.db)
+        except (DatabaseUnavailable, SchemaOutdated) as exc:
+            self._metrics_outage.failed("metrics without the projection queue: %s", exc.message)
+            return None
+        self._metrics_outage.succeeded()
+        return figures
 
     # ---- bulk import ----
 

@@ -63,13 +63,21 @@ def seed_count(top: int) -> int:
 
 @dataclass
 class RecallTimings:
-    """Where a recall spent its time, in seconds."""
+    """Where a recall spent its time, in seconds (a few ``perf_counter`` calls per recall): the
+    query embedding, the index searches of every round (``index``), verification, link
+    expansion, and scoring plus the reading of the result cards (``fetch``)."""
 
     embed: float = 0.0
     index: float = 0.0
     verify: float = 0.0
     expand: float = 0.0
     fetch: float = 0.0
+
+    def stages(self) -> dict[str, float]:
+        """``{stage: seconds}`` by the metrics' stage names
+        (:data:`shared.metrics.RECALL_STAGES`: ``index`` is ``search``)."""
+        return {"embed": self.embed, "search": self.index, "verify": self.verify,
+                "expand": self.expand, "fetch": self.fetch}
 
 
 async def _candidates(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:

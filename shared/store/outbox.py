@@ -15,6 +15,8 @@ from psycopg import AsyncConnection
 
 from shared import models
 from shared.errors import SchemaOutdated
+from shared.metrics import LAG_BUCKETS, QueueFigures, WorkspaceQueue
+from shared.store import workspaces
 from shared.store.database import Database, Q
 
 # ---- the code's projection format against the database's ----
@@ -150,6 +152,33 @@ async def open_deletions(conn: AsyncConnection) -> set[uuid.UUID]:
     """Card ids with a pending or running deletion."""
     cur = await conn.execute(Q.audit_open_deletes)
     return {r["card_id"] for r in await cur.fetchall()}
+
+
+async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKETS) -> QueueFigures:
+    """The projection queue of every workspace, for the metrics at scrape time: operations per
+    status, the age of the oldest pending or running one, and the lag (queued to completed, in
+    seconds) of the done ones over ``lag_bounds`` (ascending bucket upper bounds). One read-only
+    transaction lists the workspaces (a definer function), then one per workspace reads its rows
+    under row-level security; the lag scans the workspace's done operations.
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached. :raises SchemaOutdated.
+    """
+    async with db.transaction(None, read_only=True) as conn:
+        ids = [row["id"] for row in await workspaces.list_all(conn)]
+    params = {"n": len(lag_bounds), "neg_bounds": [-b for b in reversed(lag_bounds)]}
+    figures = QueueFigures(workspaces=[], lag_buckets=[0] * (len(lag_bounds) + 1), lag_sum=0.0)
+    for workspace_id in ids:
+        async with db.transaction(workspace_id, read_only=True) as conn:
+            statuses = await (await conn.execute(Q.ops_status_summary)).fetchall()
+            lags = await (await conn.execute(Q.ops_lag_histogram, params)).fetchall()
+        open_ages = [r["oldest_seconds"] for r in statuses if r["status"] in ("pending", "running")]
+        figures.workspaces.append(WorkspaceQueue(
+            workspace=workspace_id, by_status={r["status"]: r["n"] for r in statuses},
+            oldest_pending_seconds=max(open_ages, default=None)))
+        for row in lags:
+            figures.lag_buckets[row["bucket"]] += row["n"]
+            figures.lag_sum += row["lag_sum"]
+    return figures
 
 
 # ---- recorded projections ----

@@ -1,0 +1,146 @@
+"""Prometheus metrics of one process (issue 15), in a registry of its own.
+
+:class:`Metrics` holds a :class:`prometheus_client.CollectorRegistry` per set of process
+resources (never the library's global ``REGISTRY``: several apps live in one test process, and
+each must count its own requests without a duplicate-registration error). What it measures:
+
+- ``memarc_http_requests_total`` and ``memarc_http_request_duration_seconds`` by method, route
+  *template* (``/api/workspaces/{workspace_id}/memory/{card_id}``, never the raw path)
+  and status, observed by the writer's middleware (:meth:`Metrics.observe_request`);
+- ``memarc_recall_stage_duration_seconds`` by stage (:data:`RECALL_STAGES`), one observation per
+  stage of every completed recall (:meth:`Metrics.observe_recall`);
+- ``memarc_index_info``: the index engine and projection format of the process;
+- the projection queue, read from PostgreSQL at scrape time (:class:`QueueFigures`, passed to
+  :meth:`Metrics.exposition`), so any writer reports the figures of every worker:
+  ``memarc_projection_operations`` by workspace and status, ``memarc_projection_oldest_pending_seconds``
+  by workspace, and ``memarc_projection_lag_seconds``, a histogram of the time from the saving
+  transaction to the completed projection of every done operation; and ``memarc_database_up``.
+
+Labels carry route templates, methods, statuses, stage names and workspace ids only: never card
+content, queries or tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+#: the stages of a recall (DESIGN §5): query embedding, index search (every round), verification
+#: in PostgreSQL, link expansion, and the reading of the result cards
+RECALL_STAGES = ("embed", "search", "verify", "expand", "fetch")
+#: bucket upper bounds (seconds) of the request and recall stage histograms
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: bucket upper bounds (seconds) of the projection lag histogram
+LAG_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+#: the statuses of a projection operation
+OPERATION_STATUSES = ("pending", "running", "done", "failed")
+
+
+@dataclass
+class WorkspaceQueue:
+    """One workspace's projection operations: how many per status, and the age in seconds of
+    its oldest pending or running one (None when it has none)."""
+
+    workspace: str
+    by_status: dict[str, int] = field(default_factory=dict)
+    oldest_pending_seconds: float | None = None
+
+
+@dataclass
+class QueueFigures:
+    """The projection queue as PostgreSQL holds it at one scrape: per workspace
+    (:class:`WorkspaceQueue`), and the lag of the done operations as a histogram over
+    :data:`LAG_BUCKETS`: ``lag_buckets[i]`` operations took more than ``LAG_BUCKETS[i - 1]``
+    and at most ``LAG_BUCKETS[i]`` seconds (the last entry: more than the last bound), with
+    their total ``lag_sum`` in seconds. Not cumulative; :meth:`Metrics.exposition` makes it so."""
+
+    workspaces: list[WorkspaceQueue]
+    lag_buckets: list[int]
+    lag_sum: float
+
+
+class Metrics:
+    """The metrics of one process, in :attr:`registry` (see the module docstring).
+
+    :param engine: the index engine (``qdrant-server``, ``qdrant-edge``, ``qdrant-local`` or
+        ``none``); :param projection_format: the projection format this code writes.
+    """
+
+    def __init__(self, engine: str = "none", projection_format: int = 0) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ("method", "route", "status")
+        self.requests = Counter("memarc_http_requests", "HTTP requests answered, by method, "
+                                "route template and status", labels, registry=self.registry)
+        self.request_seconds = Histogram(
+            "memarc_http_request_duration_seconds", "Time to answer an HTTP request, by method, "
+            "route template and status", labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.recall_seconds = Histogram(
+            "memarc_recall_stage_duration_seconds", "Time one recall spent in each stage "
+            "(embed, search, verify, expand, fetch)", ("stage",), buckets=LATENCY_BUCKETS,
+            registry=self.registry)
+        self._stages = {stage: self.recall_seconds.labels(stage) for stage in RECALL_STAGES}
+        self.index = Info("memarc_index", "Index engine and projection format of this process",
+                          registry=self.registry)
+        self.index.info({"engine": engine, "projection_format": str(projection_format)})
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request of ``route`` (the route template) and its duration."""
+        self.requests.labels(method, route, str(status)).inc()
+        self.request_seconds.labels(method, route, str(status)).observe(seconds)
+
+    def observe_recall(self, stages: Mapping[str, float]) -> None:
+        """One observation per stage of a completed recall (``{stage: seconds}``, the stages of
+        :data:`RECALL_STAGES`; other keys are ignored)."""
+        for stage, seconds in stages.items():
+            child = self._stages.get(stage)
+            if child is not None:
+                child.observe(seconds)
+
+    def exposition(self, queue: QueueFigures | None) -> bytes:
+        """The Prometheus text format (0.0.4) of this registry, followed by the queue figures
+        read at this scrape (``None``: PostgreSQL could not be reached; ``memarc_database_up``
+        is then 0 and the queue families are absent)."""
+        return generate_latest(_Scrape(self.registry, list(_queue_families(queue))))  # type: ignore[arg-type]
+
+
+class _Scrape:
+    """A collector of one scrape: the process registry, then the figures read for it."""
+
+    def __init__(self, registry: CollectorRegistry, extra: list[Metric]) -> None:
+        self.registry, self.extra = registry, extra
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self.registry.collect()
+        yield from self.extra
+
+
+def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
+    up = GaugeMetricFamily("memarc_database_up", "1 when this scrape read the projection queue "
+                           "from PostgreSQL, 0 when PostgreSQL could not be reached")
+    up.add_metric([], 0 if queue is None else 1)
+    yield up
+    if queue is None:
+        return
+    ops = GaugeMetricFamily("memarc_projection_operations", "Projection operations by workspace "
+                            "and status (read from PostgreSQL at scrape time)",
+                            labels=("workspace", "status"))
+    oldest = GaugeMetricFamily("memarc_projection_oldest_pending_seconds", "Age of the oldest "
+                               "pending or running projection operation of a workspace (0 when "
+                               "none)", labels=("workspace",))
+    for ws in queue.workspaces:
+        for status in OPERATION_STATUSES:
+            ops.add_metric([ws.workspace, status], ws.by_status.get(status, 0))
+        oldest.add_metric([ws.workspace], ws.oldest_pending_seconds or 0.0)
+    lag = HistogramMetricFamily("memarc_projection_lag_seconds", "Time from the transaction that "
+                                "queued a projection operation to its completion, over every done "
+                                "operation (read from PostgreSQL at scrape time)")
+    cumulative, buckets = 0, []
+    for bound, n in zip((*LAG_BUCKETS, float("inf")), queue.lag_buckets):
+        cumulative += n
+        buckets.append((floatToGoString(bound), cumulative))
+    lag.add_metric([], buckets, queue.lag_sum)
+    yield from (ops, oldest, lag)

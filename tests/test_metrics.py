@@ -1,0 +1,184 @@
+"""``GET /metrics`` (issue 15): the Prometheus text format of the writer, parsed with
+prometheus-client's own parser, and its figures moving as work happens: through the writer app,
+a real worker, PostgreSQL, Redis, the embedded index and the real embedding model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from shared.config import load_settings
+from shared.metrics import LAG_BUCKETS, RECALL_STAGES, Metrics
+from shared.models import PROJECTION_FORMAT
+
+BASE = "/api/workspaces/acme/memory"
+LIST_ROUTE = "/api/workspaces/{workspace_id}/memory"
+CARD = {"family": "sql_rule", "title": "Fiscal year starts in April",
+        "content": {"rule": "The fiscal year starts on April 1st, not in January."}}
+QUERY = "when does the fiscal year start"
+
+
+async def scrape(env, **headers) -> tuple[dict[tuple[str, tuple], float], str]:
+    """``({(sample name, sorted labels): value}, text)`` of one ``GET /metrics``."""
+    r = await env.client.get("/metrics", headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, r.text
+
+
+def value(samples, name: str, **labels: str) -> float:
+    """A sample's value; 0 when the series is absent (a counter not yet incremented)."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def wait_for(env, predicate, timeout: float = 60.0):
+    """Scrape until ``predicate(samples)`` holds; returns those samples."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples, _ = await scrape(env)
+        if predicate(samples):
+            return samples
+        assert time.monotonic() < deadline, "the metrics did not reach the expected state"
+        await asyncio.sleep(0.2)
+
+
+async def test_metrics_move_with_requests_projection_and_recall(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        before, _ = await scrape(env)
+        assert value(before, "memarc_database_up") == 1
+        assert value(before, "memarc_index_info", engine="qdrant-edge" if
+                     env.settings.index_engine == "edge" else "qdrant-local",
+                     projection_format=str(PROJECTION_FORMAT)) == 1
+        assert value(before, "memarc_projection_operations", workspace="acme",
+                     status="pending") == 0
+        assert value(before, "memarc_projection_oldest_pending_seconds", workspace="acme") == 0
+
+        # a request increments its route's counter (the route template, not the path)
+        assert (await env.client.get(BASE, headers=h)).status_code == 200
+        assert (await env.client.get(f"{BASE}/mem-00000000-0000-0000-0000-000000000000",
+                                     headers=h)).status_code == 404
+        after, _ = await scrape(env)
+        labels = {"method": "GET", "route": LIST_ROUTE, "status": "200"}
+        assert value(after, "memarc_http_requests_total", **labels) == \
+            value(before, "memarc_http_requests_total", **labels) + 1
+        assert value(after, "memarc_http_request_duration_seconds_count", **labels) == \
+            value(before, "memarc_http_request_duration_seconds_count", **labels) + 1
+        assert value(after, "memarc_http_requests_total", method="GET", status="404",
+                     route=LIST_ROUTE + "/{card_id}") == 1
+
+        # a saved card raises the pending operations and the oldest one's age
+        r = await env.client.post(BASE, json=CARD, headers=h)
+        assert r.status_code == 201
+        card_id = r.json()["card"]["id"]
+        await asyncio.sleep(0.05)
+        saved, text = await scrape(env)
+        assert value(saved, "memarc_projection_operations", workspace="acme",
+                     status="pending") == 1
+        assert value(saved, "memarc_projection_oldest_pending_seconds", workspace="acme") > 0
+        assert value(saved, "memarc_http_requests_total", method="POST", route=LIST_ROUTE,
+                     status="201") == 1
+        lag_before = value(saved, "memarc_projection_lag_seconds_count")
+
+        # the worker drains them: pending falls, done and the lag histogram rise
+        async with env.running_worker():
+            drained = await wait_for(env, lambda s: value(
+                s, "memarc_projection_operations", workspace="acme", status="done") >= 1)
+        assert value(drained, "memarc_projection_operations", workspace="acme",
+                     status="pending") == 0
+        assert value(drained, "memarc_projection_oldest_pending_seconds", workspace="acme") == 0
+        assert value(drained, "memarc_projection_lag_seconds_count") == lag_before + 1
+        assert value(drained, "memarc_projection_lag_seconds_sum") > 0
+        assert value(drained, "memarc_projection_lag_seconds_bucket", le="+Inf") == lag_before + 1
+
+        # a recall adds one observation to each stage's histogram
+        r = await env.client.post(f"{BASE}/search", json={"query": QUERY, "top": 5}, headers=h)
+        assert r.status_code == 200
+        assert [x["card"]["id"] for x in r.json()["results"]] == [card_id]
+        recalled, text = await scrape(env)
+        for stage in RECALL_STAGES:
+            assert value(recalled, "memarc_recall_stage_duration_seconds_count", stage=stage) == \
+                value(drained, "memarc_recall_stage_duration_seconds_count", stage=stage) + 1
+        assert value(recalled, "memarc_recall_stage_duration_seconds_sum", stage="embed") > 0
+        # labels carry no card content, query, path id or token
+        for secret in (QUERY, CARD["title"], card_id, h["Authorization"].split()[1]):
+            assert secret not in text
+
+
+async def test_lag_buckets_follow_prometheus_le(make_env):
+    """A lag equal to a bucket's bound counts in that bucket (``le``, as prometheus-client's
+    own histograms): the lags are set exactly on bounds in PostgreSQL."""
+    async with make_env() as env:
+        env.workspace("acme")
+        env.workspace("beta")
+        for ws in ("acme", "beta"):
+            r = await env.client.post(f"/api/workspaces/{ws}/memory", json=CARD,
+                                      headers=env.token(ws))
+            assert r.status_code == 201
+        await env.drain()
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops WHERE status = 'done'") == 2
+        env.scalar("UPDATE memory.projection_ops SET created_at = completed_at - "
+                   "CASE workspace_id WHEN 'acme' THEN interval '0.5 s' ELSE interval '2 h' END "
+                   "RETURNING id")
+        samples, _ = await scrape(env)
+        bucket = "memarc_projection_lag_seconds_bucket"
+        assert value(samples, bucket, le="0.25") == 0
+        assert value(samples, bucket, le="0.5") == 1  # exactly on the bound: counted
+        assert value(samples, bucket, le="3600.0") == 1
+        assert value(samples, bucket, le="+Inf") == 2  # above the last bound
+        assert [k[1][0][1] for k in samples if k[0] == bucket][:len(LAG_BUCKETS)] == \
+            [str(float(b)) for b in LAG_BUCKETS]
+        assert abs(value(samples, "memarc_projection_lag_seconds_sum") - 7200.5) < 1e-6
+        for ws in ("acme", "beta"):
+            assert value(samples, "memarc_projection_operations", workspace=ws,
+                         status="done") == 1
+
+
+async def test_metrics_token_is_required_when_configured(make_env, tmp_path):
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text("s3cret-metrics\n")
+    assert load_settings({"MEMARC_METRICS_TOKEN_FILE": str(token_file)}).metrics_token == \
+        "s3cret-metrics"
+    async with make_env(metrics_token="s3cret-metrics") as env:
+        env.workspace("acme")
+        for headers in ({}, {"Authorization": "Bearer wrong"}, env.token("acme", "memory.read")):
+            r = await env.client.get("/metrics", headers=headers)
+            assert r.status_code == 401
+            assert r.json()["code"] == "unauthorized"
+        samples, _ = await scrape(env, Authorization="Bearer s3cret-metrics")
+        assert value(samples, "memarc_http_requests_total", method="GET", route="/metrics",
+                     status="401") == 3
+
+
+async def test_metrics_answer_without_postgresql(make_env):
+    """PostgreSQL unreachable: ``/metrics`` still answers, says so, and has no queue figures."""
+    async with make_env(database_url="postgresql://memarc@127.0.0.1:9/memarc") as env:
+        assert (await env.client.get("/healthz")).status_code == 200
+        samples, _ = await scrape(env)
+        assert value(samples, "memarc_database_up") == 0
+        assert not any(name.startswith("memarc_projection_") for name, _ in samples)
+        assert value(samples, "memarc_http_requests_total", method="GET", route="/healthz",
+                     status="200") == 1
+
+
+def test_each_metrics_object_has_a_registry_of_its_own():
+    """Two apps in one process (the tests, ``memarc up``'s shared resources aside) never
+    collide on prometheus-client's global registry, and count apart."""
+    first, second = Metrics("qdrant-edge", 3), Metrics("qdrant-local", 3)
+    first.observe_request("GET", "/healthz", 200, 0.01)
+    first.observe_recall({"embed": 0.01, "search": 0.02, "unknown": 1.0})
+    assert first.registry.get_sample_value(
+        "memarc_http_requests_total", {"method": "GET", "route": "/healthz", "status": "200"}) == 1
+    assert second.registry.get_sample_value(
+        "memarc_http_requests_total", {"method": "GET", "route": "/healthz", "status": "200"}) is None
+    assert first.registry.get_sample_value(
+        "memarc_recall_stage_duration_seconds_count", {"stage": "search"}) == 1
+    assert first.registry.get_sample_value(
+        "memarc_recall_stage_duration_seconds_count", {"stage": "verify"}) == 0
