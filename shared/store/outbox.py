@@ -159,7 +159,7 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
     status, the age of the oldest pending or running one, and the lag (queued to completed, in
     seconds) of the done ones over ``lag_bounds`` (ascending bucket upper bounds). One read-only
     transaction lists the workspaces (a definer function), then one per workspace reads its rows
-    under row-level security; the lag scans the workspace's done operations.
+    under row-level security in one statement (a scan of the workspace's operations).
 
     :raises DatabaseUnavailable: PostgreSQL cannot be reached. :raises SchemaOutdated.
     """
@@ -169,15 +169,17 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
     figures = QueueFigures(workspaces=[], lag_buckets=[0] * (len(lag_bounds) + 1), lag_sum=0.0)
     for workspace_id in ids:
         async with db.transaction(workspace_id, read_only=True) as conn:
-            statuses = await (await conn.execute(Q.ops_status_summary)).fetchall()
-            lags = await (await conn.execute(Q.ops_lag_histogram, params)).fetchall()
-        open_ages = [r["oldest_seconds"] for r in statuses if r["status"] in ("pending", "running")]
-        figures.workspaces.append(WorkspaceQueue(
-            workspace=workspace_id, by_status={r["status"]: r["n"] for r in statuses},
-            oldest_pending_seconds=max(open_ages, default=None)))
-        for row in lags:
-            figures.lag_buckets[row["bucket"]] += row["n"]
-            figures.lag_sum += row["lag_sum"]
+            rows = await (await conn.execute(Q.ops_queue_summary, params)).fetchall()
+        queue = WorkspaceQueue(workspace=workspace_id)
+        for row in rows:
+            queue.by_status[row["status"]] = queue.by_status.get(row["status"], 0) + row["n"]
+            if row["status"] in ("pending", "running"):
+                queue.oldest_pending_seconds = max(queue.oldest_pending_seconds or 0.0,
+                                                   row["oldest_seconds"])
+            if row["bucket"] is not None:
+                figures.lag_buckets[row["bucket"]] += row["n"]
+                figures.lag_sum += row["lag_sum"]
+        figures.workspaces.append(queue)
     return figures
 
 

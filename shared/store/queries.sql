@@ -248,23 +248,22 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: ops_pending_count
 SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
 
--- name: ops_status_summary
--- The workspace's operations per status, with the age in seconds of the oldest of each
--- (the metrics' queue figures, read at scrape time).
-SELECT status, count(*) AS n, extract(epoch FROM now() - min(created_at))::float8 AS oldest_seconds
+-- name: ops_queue_summary
+-- The workspace's operations per status, in one scan (the metrics' queue figures, read at
+-- scrape time): count and age in seconds of the oldest; done operations also per lag bucket
+-- (queued, i.e. the saving transaction, to completed) with the sum of their lags. The buckets
+-- are %(neg_bounds)s, the upper bounds b_1 < ... < b_n negated and ascending (-b_n, ..., -b_1):
+-- width_bucket(-lag, ...) counts the bounds >= lag, so %(n)s minus it is the 0-based index of
+-- the first bound >= lag (n: above every bound), as Prometheus's ``le``.
+SELECT status,
+       CASE WHEN status = 'done' AND completed_at IS NOT NULL
+            THEN %(n)s - width_bucket(extract(epoch FROM created_at - completed_at)::float8,
+                                      %(neg_bounds)s::float8[]) END AS bucket,
+       count(*) AS n,
+       extract(epoch FROM now() - min(created_at))::float8 AS oldest_seconds,
+       sum(extract(epoch FROM completed_at - created_at)::float8) AS lag_sum
 FROM projection_ops
-GROUP BY status;
-
--- name: ops_lag_histogram
--- The workspace's done operations by lag (queued, i.e. the saving transaction, to completed) in
--- the buckets of %(neg_bounds)s, the bucket upper bounds b_1 < ... < b_n negated and ascending
--- (-b_n, ..., -b_1): width_bucket(-lag, ...) counts the bounds >= lag, so %(n)s minus it is
--- the 0-based index of the first bound >= lag (n: above every bound), Prometheus's ``le``.
-SELECT %(n)s - width_bucket(-d.lag, %(neg_bounds)s::float8[]) AS bucket,
-       count(*) AS n, sum(d.lag) AS lag_sum
-FROM (SELECT extract(epoch FROM completed_at - created_at)::float8 AS lag
-      FROM projection_ops WHERE status = 'done' AND completed_at IS NOT NULL) d
-GROUP BY 1;
+GROUP BY 1, 2;
 
 -- name: ops_pending_list_for_card
 SELECT id, op, revision, status, attempts, last_error, created_at,
