@@ -228,7 +228,10 @@ class Filters(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defa
 
 
 class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """Body of ``POST .../search``: query text, result count, mode, families, filters, exclusions."""
+    """Body of ``POST .../search``: query text, result count, mode, families, filters, exclusions,
+    and optionally the caller's workflow ``session``: the cards decided in that session (accepted
+    or rejected, ``POST .../sessions/{id}/decisions``) are excluded like ``exclude`` and never act
+    as bridges in link expansion (DESIGN §5)."""
 
     query: Annotated[str, Meta(min_length=1, max_length=MAX_QUERY)]
     top: Annotated[int, Meta(ge=1, le=MAX_TOP)] = 10
@@ -236,6 +239,7 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
     family: Annotated[list[Family], Meta(max_length=4)] | None = None
     filters: Filters | None = None
     exclude: Annotated[list[CardRef], Meta(max_length=MAX_EXCLUDE)] = []
+    session: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
 
 
 class Retrieval(msgspec.Struct, omit_defaults=True):
@@ -295,6 +299,19 @@ def reject_nul(text: str | None, field: str) -> None:
     """:raises InvalidInput: ``text`` contains a NUL character (PostgreSQL text cannot)."""
     if text and "\x00" in text:
         raise InvalidInput(f"{field} must not contain NUL characters", field=field)
+
+
+def clean_session_id(session_id: str, field: str = "session_id") -> str:
+    """A workflow session id, trimmed (the id of the caller's workflow session: its proposals,
+    its decided cards, the session a recall runs in).
+
+    :raises InvalidInput: blank, over 200 characters, or a NUL character (names ``field``).
+    """
+    session_id = session_id.strip()
+    if not session_id or len(session_id) > 200:
+        raise InvalidInput("a session id is 1..200 characters", field=field)
+    reject_nul(session_id, field)
+    return session_id
 
 
 def _clean(text: str) -> str:

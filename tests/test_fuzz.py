@@ -70,8 +70,10 @@ READ_ROUTES = {("POST", "/api/workspaces/{workspace_id}/memory/search"),
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 _S = "/api/workspaces/{workspace_id}/sessions/{session_id}"
 #: The reviewer gate: the routes a memory.propose token and a memory.review token may use.
-PROPOSE_ROUTES = {("POST", f"{_S}/proposals"), ("GET", f"{_S}/summary")}
-REVIEW_ROUTES = {("GET", f"{_S}/summary"), ("POST", f"{_S}/review"), ("POST", f"{_S}/solved-index")}
+PROPOSE_ROUTES = {("POST", f"{_S}/proposals"), ("GET", f"{_S}/summary"),
+                  ("POST", f"{_S}/decisions"), ("GET", f"{_S}/decisions")}
+REVIEW_ROUTES = {("GET", f"{_S}/summary"), ("POST", f"{_S}/review"), ("POST", f"{_S}/solved-index"),
+                 ("GET", f"{_S}/decisions")}
 #: The routes each token kind of the hostile runs may use (every other one answers it 403).
 ALLOWED_ROUTES = {"read": READ_ROUTES, "propose": PROPOSE_ROUTES, "review": REVIEW_ROUTES}
 

@@ -22,7 +22,7 @@ from shared.auth import PERMISSIONS, Principal
 from shared.errors import Forbidden, NotFound
 from shared.models import CardWrite, SearchRequest
 from shared.store.listing import ListQuery
-from shared.workflow.requests import ProposeRequest, ReviewRequest
+from shared.workflow.requests import CardDecision, DecideRequest, ProposeRequest, ReviewRequest
 from shared.workflow.schema_changes import SchemaChangeRequest
 from writer.app import create_app
 from writer.auth import authorize, route_permissions
@@ -32,6 +32,7 @@ ALL = ("memory.manage", "memory.propose", "memory.review", "memory.schema")
 #: Tables that hold no workspace data (migration bookkeeping, projection format history).
 GLOBAL_TABLES = {"schema_migrations", "projection_formats"}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
+SESSION_PATH = "/api/workspaces/{workspace_id}/sessions/{session_id}"
 
 
 def card(title: str, **extra: Any) -> dict[str, Any]:
@@ -66,6 +67,10 @@ async def seed(env) -> dict[str, Any]:
         assert r.status_code == 201, r.text
         r = await env.client.post(f"/api/workspaces/{ws}/sessions/{sess}/review", headers=h,
                                   json={"review_id": f"rev-{ws}", "selected": [{"key": "k1"}]})
+        assert r.status_code == 200, r.text
+        r = await env.client.post(f"/api/workspaces/{ws}/sessions/{sess}/decisions", headers=h,
+                                  json={"decisions": [{"card_id": first["card"]["id"],
+                                                       "decision": "accepted"}]})
         assert r.status_code == 200, r.text
         r = await env.client.post(f"/api/workspaces/{ws}/schema-changes", headers=h, json={
             "run_id": f"run-{ws}", "database": "gone", "schema": "public",
@@ -125,6 +130,8 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
         ("POST", m + "/import"): json.dumps({"key": "x", **card("Intruder")}),
         ("POST", s + "/proposals"): {"proposals": [proposal("Intruder")]},
         ("POST", s + "/review"): {"review_id": "intruder", "decline_all": True},
+        ("POST", s + "/decisions"): {"decisions": [{"card_id": a["card"],
+                                                    "decision": "rejected"}]},
         ("POST", "/api/workspaces/{workspace_id}/schema-changes"): {
             "run_id": "intruder", "database": "shop", "schema": "public",
             "removed_tables": ["orders"]},
@@ -162,8 +169,11 @@ async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[st
     assert r.headers["content-type"].startswith("application/problem+json")
     assert_no_secrets(_public_body(r), a["secrets"], (method, path))
     # B's token on B's own path with A's ids: 404 or a B-only answer, never A's data
-    # (a session id names the caller's own session: proposing under it creates one)
-    if re.search(r"\{(card|rebuild|session)_id\}", path) and not path.endswith("/proposals"):
+    # (a session id names the caller's own session: proposing or deciding under it creates one;
+    # A's card in the body of a decision is refused like any card outside B's workspace, 422)
+    if re.search(r"\{(card|rebuild|session)_id\}", path) and not (
+            path.endswith("/proposals")
+            or (method, path) == ("POST", f"{SESSION_PATH}/decisions")):
         url = fill(path, a, "wb")
         r = await call(env, method, url, body, data["h"]["wb"])
         assert r.status_code == 404, (method, path, r.status_code, r.text)
@@ -233,6 +243,7 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "review-apply": ["review-apply", *w, "--session", a["session"], "--data",
                          files["review"]],
         "solved-index": ["solved-index", *w, "--session", a["session"]],
+        "session": ["session", "decide", *w, a["session"], a["card"], "--rejected"],
         "schema-cleanup": ["schema-cleanup", *w, "--data", files["schema"]],
     }
 
@@ -262,8 +273,8 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
         propose_only = env.token("wa", "memory.propose")["Authorization"].split()[1]
         # the token that lacks the command's permission: a reader, or the nearest other token
         # (the reviewer gate: a proposing token cannot review, a reviewing one cannot propose)
-        lacking = {**dict.fromkeys(("search", "rules", "solved-search", "status", "propose"),
-                                   review_only),
+        lacking = {**dict.fromkeys(("search", "rules", "solved-search", "status", "propose",
+                                    "session"), review_only),
                    **dict.fromkeys(("review-apply", "solved-index"), propose_only)}
         other = data["h"]["wb"]["Authorization"].split()[1]
         try:
@@ -346,7 +357,7 @@ async def test_every_table_isolated_and_no_ddl(make_env, role, subtests):
             scoped = {t: ("id" if t == "workspaces" else "workspace_id") for t in tables
                       if t == "workspaces" or "workspace_id" in cols[t]}
             assert set(tables) - set(scoped) == GLOBAL_TABLES, "a new table without workspace_id"
-            for t in ("session_proposals", "review_receipts", "schema_change_runs",
+            for t in ("session_proposals", "review_receipts", "schema_change_runs", "session_decisions",
                       "index_rebuilds", "projections", "card_links", "api_tokens"):
                 assert t in scoped
             for t, col in scoped.items():
@@ -454,6 +465,9 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "Workflow.summary": (a["session"],),
         "Workflow.review": (a["session"], ReviewRequest(review_id="x", decline_all=True)),
         "Workflow.solved_index": (a["session"],),
+        "Workflow.decide": (a["session"], DecideRequest(decisions=[CardDecision(
+            card_id=a["card"], decision="rejected")])),
+        "Workflow.decisions": (a["session"],),
         "SchemaChanges.apply": (SchemaChangeRequest(run_id="x", database="shop", schema="public"),),
         "SchemaChanges.record": (SchemaChangeRequest(run_id="x", database="shop",
                                                      schema="public"),),

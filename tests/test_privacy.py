@@ -499,6 +499,7 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
         conn.execute("ALTER TABLE memory.cards DROP COLUMN search_text")
         conn.execute("DROP FUNCTION memory.card_visible_text(text, text, text[], jsonb)")
         conn.execute("DROP INDEX memory.activity_card_recent_idx")  # 009
+        conn.execute("DROP TABLE memory.session_decisions")  # 012
     return h, cards, theirs
 
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from shared.errors import InvalidInput
-from shared.models import Card, CardWrite, Dependency, Link, LinkIn, card_id_str
+from shared.models import Card, CardWrite, Dependency, Link, LinkIn, card_id_str, clean_session_id
 from shared.workflow import rules
 from shared.workflow.requests import CardRevision, Proposal, ReviewEdits, ReviewRequest
 from shared.workflow.rules import Addition, Update
@@ -118,9 +118,9 @@ def test_a_review_id_is_trimmed():
 
 
 def test_a_session_id_is_trimmed_and_1_to_200_characters():
-    assert rules.clean_session_id("  s 1:x ") == "s 1:x"
+    assert clean_session_id("  s 1:x ") == "s 1:x"
     for bad in ("   ", "x" * 201, "a\x00b"):
-        assert refusal(rules.clean_session_id, bad).extra["field"] == "session_id"
+        assert refusal(clean_session_id, bad).extra["field"] == "session_id"
 
 
 # ---- the card a proposal would write ----

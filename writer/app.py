@@ -312,8 +312,9 @@ class MemoryController(Controller):
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
         """Hybrid (dense + BM25, reciprocal rank fusion k = 60) search, verified against
         PostgreSQL. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
-        exclude?}``. Errors: 400/422 bad input, 403 (permission or binding), 503
-        ``index_unavailable`` / ``index_incompatible`` / ``embedder_unavailable`` /
+        exclude?, session?}``; ``session``: the caller's workflow session, whose decided cards
+        (``POST .../sessions/{id}/decisions``) are left out and never bridge. Errors: 400/422
+        bad input, 403 (permission or binding), 503 ``index_unavailable`` / ``index_incompatible`` / ``embedder_unavailable`` /
         ``database_unavailable`` (never an empty success)."""
         return await archive.search(principal, workspace_id, data)
 

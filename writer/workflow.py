@@ -2,7 +2,8 @@
 
 The reviewer gate (issue 16): proposals need ``memory.propose``; review and solved-index need
 ``memory.review``; the summary either one (the proposer checks its batch, the reviewer reads what
-it applies). Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call
+it applies). Recording the cards decided in a session needs ``memory.propose`` (the agent records
+its user's decisions), listing them either one. Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call
 :mod:`shared.workflow.sessions` / :mod:`shared.workflow.schema_changes`, return. Errors are the
 shared ones, turned into problem details by the app's exception handlers. An idempotent replay
 (a review id or a schema-change run id delivered again) answers the stored result unchanged, with
@@ -19,8 +20,8 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, JSONBody, Parameter
 
 from shared.auth import Principal
-from shared.workflow.requests import (ProposeRequest, ProposeResult, ReviewReceipt, ReviewRequest,
-                                      SolvedIndexResult, Summary)
+from shared.workflow.requests import (DecideRequest, ProposeRequest, ProposeResult, ReviewReceipt,
+                                      ReviewRequest, SessionDecisions, SolvedIndexResult, Summary)
 from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
 from shared.workflow.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
@@ -49,7 +50,8 @@ def _replayed(content: object, replayed: bool) -> Response:
 
 class SessionController(Controller):
     """A workflow session's proposals (memory.propose), summary (memory.propose or
-    memory.review), review and solved-index (memory.review)."""
+    memory.review), review and solved-index (memory.review), decided cards (recorded with
+    memory.propose, listed with memory.propose or memory.review)."""
 
     path = "/api/workspaces/{workspace_id:str}/sessions/{session_id:str}"
     dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
@@ -121,6 +123,35 @@ class SessionController(Controller):
         (requeued|deleted), operations}], operations, enqueued}``. Errors: 404 no receipt; 403
         without ``memory.review``."""
         return await workflow.solved_index(principal, workspace_id, session_id)
+
+    @post("/decisions", responses=PROBLEM_RESPONSES,
+          summary="Record the cards decided in a session", status_code=200,
+          opt={"activity": "decide", "permission": "memory.propose"})
+    async def decide(self, workflow: NamedDependency[Workflow],
+                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                     session_id: FromPath[SessionId],
+                     data: JSONBody[DecideRequest]) -> SessionDecisions:
+        """Body ``{decisions: [{card_id: mem-…, decision: accepted|rejected}]}`` (1..100, each
+        card once). Records the user's decisions on cards of the workspace in this session; a
+        card decided before takes the new decision. Recall with ``session`` (``POST
+        .../memory/search``) then excludes every card decided in the session and never bridges
+        through one. Answers ``{session_id, decisions: [{card_id, decision, decided_by,
+        decided_at, stored (new|changed|unchanged)}], counts: {total, accepted, rejected}}``.
+        Errors (nothing written): 422 a card id that is not one, a card named twice, a card not
+        in this workspace (``field`` names it); 409 more than 500 decided cards in the session;
+        403 without ``memory.propose``; 401, 404."""
+        return await workflow.decide(principal, workspace_id, session_id, data)
+
+    @get("/decisions", responses=PROBLEM_RESPONSES, summary="The cards decided in a session",
+         opt={"permission": ("memory.propose", "memory.review")})
+    async def decisions(self, workflow: NamedDependency[Workflow],
+                        principal: NamedDependency[Principal],
+                        workspace_id: FromPath[WorkspaceId],
+                        session_id: FromPath[SessionId]) -> SessionDecisions:
+        """``{session_id, decisions: [{card_id, decision, decided_by, decided_at}], counts}``,
+        in the order they were decided. Errors: 404 no card decided in this session; 403
+        without ``memory.propose`` or ``memory.review``; 401."""
+        return await workflow.decisions(principal, workspace_id, session_id)
 
 
 class SchemaChangeController(Controller):

@@ -7,10 +7,10 @@ Steps, for one request:
    inside it (:func:`~shared.recall.eligibility.build_filter`), ``seeds = min(100, max(20, 3 ×
    top))`` hits each. Fuse them as the profile says (:mod:`shared.recall.fusion`).
 2. Verify every fused hit in PostgreSQL: the card exists in the workspace, matches the filters,
-   is not excluded by the caller, and has a recorded projection whose revision equals the card's
-   (and the point's) revision in the current format (:func:`~shared.recall.eligibility.eligible`).
-   Dropped hits are excluded from a new search (at most 3 rounds) so ghosts never take live
-   cards' places.
+   is not excluded by the caller (``exclude``, and the cards decided in the caller's ``session``),
+   and has a recorded projection whose revision equals the card's (and the point's) revision in
+   the current format (:func:`~shared.recall.eligibility.eligible`). Dropped hits are excluded
+   from a new search (at most 3 rounds) so ghosts never take live cards' places.
 3. Expand along outgoing links from the verified seeds (:mod:`shared.recall.expansion`: at most
    2 hops, 20 links per card in target-id order, 200 card look-ups and 400 links in total);
    every destination and intermediate card must itself be eligible. The response's
@@ -20,10 +20,15 @@ Steps, for one request:
 5. Rebuild every result card from PostgreSQL.
 
 The query is embedded and the index searched before any pooled connection or lock is taken
-(only the workspace's language is read first, in a transaction of its own). Each round then
+(only the workspace's language, and the cards decided in the request's session, are read first,
+in a transaction of its own: the decided cards go to the index as exclusions, so that they take
+no seed's place). Each round then
 verifies its candidates in one read-only transaction under the workspace lock in shared mode,
 and the last round's transaction also expands the links and reads the result cards, so a
-concurrent write cannot interleave with what is returned. Per round that is one set-up
+concurrent write cannot interleave with what is returned. The session's decided cards are read
+again in that transaction, under the lock (DESIGN §5): they are what verification and expansion
+exclude (a card decided since the first read is dropped there and searched around, uncounted in
+``excluded`` like any caller exclusion). Per round that is one set-up
 statement and the candidate rows (with their first outgoing links,
 :func:`shared.store.verification.candidate_rows`); then the rows of each expansion hop and the
 result cards.
@@ -36,6 +41,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 from psycopg import AsyncConnection
 
 from shared import models
@@ -51,6 +57,7 @@ from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_l
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
 from shared.store import cards, outbox, verification, workspaces
+from shared.store import workflow as workflow_store
 from shared.store.database import Database
 
 MAX_ROUNDS = 3
@@ -108,8 +115,13 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     round's verification, and the final round's link expansion and card reads, run in one
     read-only transaction under the workspace lock in shared mode.
 
+    ``req.session``: the caller's workflow session; the cards decided in it (migration 012) are
+    excluded like ``exclude`` and are never a bridge of link expansion. A session without
+    decisions excludes nothing.
+
     :raises NotFound: workspace mismatch. :raises Forbidden: missing ``memory.read`` or a filter
-        outside the token's binding. :raises InvalidInput: bad families, filters or exclusions.
+        outside the token's binding. :raises InvalidInput: bad families, filters, exclusions or
+        session id.
     :raises IndexUnavailable / IndexIncompatible / EmbedderUnavailable / DatabaseUnavailable:
         a dependency is down or mis-configured (never an empty success).
     :raises PrivacyFilterFailed: the privacy filter refused the query (nothing was sent).
@@ -124,8 +136,12 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     t = timings or RecallTimings()
     clock = time.perf_counter
     n = seed_count(req.top)
+    session = models.clean_session_id(req.session, "session") if req.session is not None else None
+    decided: set[uuid.UUID] = set()
     async with db.transaction(workspace, role=role, read_only=True) as conn:
         language = (await workspaces.get(conn, workspace))["language"]
+        if session is not None:
+            decided = await workflow_store.decided_card_ids(conn, session)
     t0 = clock()
     dense, sparse = await embedder.embed_query(query_text, language)
     layout = layout or embedder.layout(language)
@@ -150,7 +166,8 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
         round_filter = IndexFilter(families=flt.families, scope=sent_scope,
                                    concepts=sent_concepts,
                                    physical=sent_physical,  # type: ignore[arg-type]
-                                   exclude=tuple(sorted(set(flt.exclude) | dropped, key=str)))
+                                   exclude=tuple(sorted(set(flt.exclude) | dropped | decided,
+                                                        key=str)))
         t0 = clock()
         hits = await index.hybrid_query(workspace, dense, sparse, round_filter, n,
                                         dense_names=dense_names, sparse_names=sparse_names)
@@ -164,6 +181,10 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
         async with db.transaction(workspace, role=role, lock="shared", read_only=True) as conn:
             t0 = clock()
             # every round reads its candidates afresh: eligibility is what this transaction sees
+            if session is not None:
+                # the session's decided cards as this transaction sees them, under the lock
+                decided = await workflow_store.decided_card_ids(conn, session)
+            round_flt = _excluding(flt, decided)
             found = await _candidates(conn, [cid for cid, _ in fused])
             rows = {cid: found.get(cid) for cid, _ in fused}
             seeds: list[uuid.UUID] = []
@@ -171,8 +192,11 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
             for cid, _score in fused:
                 row = rows.get(cid)
                 hit = point[cid]
-                ok = (eligible(row, flt) and row is not None and hit.revision == row.revision
-                      and hit.format == models.PROJECTION_FORMAT)
+                if cid in decided:  # decided since the first read: a caller exclusion
+                    new_drops += 1
+                    continue
+                ok = (eligible(row, round_flt) and row is not None
+                      and hit.revision == row.revision and hit.format == models.PROJECTION_FORMAT)
                 if not ok:
                     if cid not in dropped:
                         dropped.add(cid)
@@ -185,14 +209,24 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                     or round_no == MAX_ROUNDS - 1)
             if not last:
                 continue  # search again, outside the lock, without the dropped hits
-            results, expansion = await _rank_and_read(conn, seeds, rows, flt, ranks, req.top,
-                                                      expand, t)
+            results, expansion = await _rank_and_read(conn, seeds, rows, round_flt, ranks,
+                                                      req.top, expand, t)
             summary = ExpansionSummary(
                 truncated=expansion.truncated, lookups=expansion.lookups,
                 links_inspected=expansion.links_inspected,
                 budgets=[b for b in BUDGETS if b in expansion.budgets_hit])
             return RecallResponse(results=results, excluded=len(dropped), expansion=summary)
     raise AssertionError("unreachable: the last round returns")  # pragma: no cover
+
+
+def _excluding(flt: IndexFilter, decided: set[uuid.UUID]) -> IndexFilter:
+    """``flt`` with the session's decided cards among its exclusions: what verification and
+    link expansion check (:func:`~shared.recall.eligibility.eligible`), so that a decided card is
+    neither a result nor a bridge."""
+    if not decided:
+        return flt
+    extra = tuple(sorted(decided - set(flt.exclude), key=str))
+    return msgspec.structs.replace(flt, exclude=flt.exclude + extra)
 
 
 async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],

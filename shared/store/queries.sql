@@ -487,6 +487,28 @@ INSERT INTO review_receipts (workspace_id, review_id, session_id, outcome, reque
 VALUES (%(workspace)s, %(review_id)s, %(session_id)s, %(outcome)s, %(digest)s, %(result)s,
         %(actor)s);
 
+-- name: wf_decisions_for_session
+-- The cards decided in a session (migration 012), in the order they were decided (a request's
+-- decisions in its order).
+SELECT card_id, decision, decided_by, decided_at
+FROM session_decisions
+WHERE session_id = %(session_id)s
+ORDER BY decided_at, seq;
+
+-- name: wf_decided_card_ids
+-- The ids of the cards decided in a session: what recall in that session excludes (DESIGN §5).
+SELECT card_id FROM session_decisions WHERE session_id = %(session_id)s ORDER BY card_id;
+
+-- name: wf_decisions_upsert
+-- Record decisions of a session, one per card (parallel arrays); a card decided before takes
+-- the new decision, its author and time.
+INSERT INTO session_decisions (workspace_id, session_id, card_id, decision, decided_by)
+SELECT %(workspace)s, %(session_id)s, u.card_id, u.decision, %(actor)s
+FROM unnest(%(card_ids)s::uuid[], %(decisions)s::text[]) WITH ORDINALITY AS u(card_id, decision, i)
+ORDER BY u.i
+ON CONFLICT (workspace_id, session_id, card_id)
+DO UPDATE SET decision = EXCLUDED.decision, decided_by = EXCLUDED.decided_by, decided_at = now();
+
 -- name: sc_run_get
 SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
 

@@ -1,4 +1,5 @@
-"""The workflow's reads and writes (DESIGN §6): proposals, review receipts, the reuse candidates.
+"""The workflow's reads and writes (DESIGN §5-6): proposals, review receipts, the reuse candidates,
+the cards decided in a session.
 
 Also the look-ups of review and solved-index: which link targets exist, re-queued operations.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -121,3 +123,44 @@ async def insert_receipt(conn: AsyncConnection, workspace_id: str, *, review_id:
         "outcome": outcome, "digest": digest, "result": Jsonb(result), "actor": actor})
 
 
+
+
+class StoredDecision(msgspec.Struct, frozen=True):
+    """A decision row (migration 012): the card, ``accepted`` or ``rejected``, who recorded it
+    (an actor, ``token:<id>``) and when."""
+
+    card_id: uuid.UUID
+    decision: str
+    decided_by: str
+    decided_at: datetime
+
+
+async def session_decisions(conn: AsyncConnection, session_id: str) -> list[StoredDecision]:
+    """The cards decided in the session, in the order they were decided (empty for a session
+    without decisions)."""
+    cur = await conn.execute(Q.wf_decisions_for_session, {"session_id": session_id})
+    return [StoredDecision(card_id=r["card_id"], decision=r["decision"],
+                           decided_by=r["decided_by"], decided_at=r["decided_at"])
+            for r in await cur.fetchall()]
+
+
+async def decided_card_ids(conn: AsyncConnection, session_id: str) -> set[uuid.UUID]:
+    """The ids of the cards decided in the session (accepted or rejected): recall in the
+    session excludes them and never bridges through them (DESIGN §5)."""
+    cur = await conn.execute(Q.wf_decided_card_ids, {"session_id": session_id})
+    return {r["card_id"] for r in await cur.fetchall()}
+
+
+async def record_decisions(conn: AsyncConnection, workspace_id: str, session_id: str,
+                           decisions: Sequence[tuple[uuid.UUID, str]], actor: str) -> None:
+    """Record ``(card id, decision)`` pairs of a session (each card once), replacing the earlier
+    decision of a card decided before (its author and time become ``actor`` and now).
+
+    :raises psycopg.errors.ForeignKeyViolation: a card that is not a card of this workspace.
+    """
+    if not decisions:
+        return
+    await conn.execute(Q.wf_decisions_upsert, {
+        "workspace": workspace_id, "session_id": session_id,
+        "card_ids": [c for c, _ in decisions], "decisions": [d for _, d in decisions],
+        "actor": actor})

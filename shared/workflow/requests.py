@@ -21,6 +21,9 @@ MAX_BATCH = 100
 MAX_SESSION_PROPOSALS = 500
 MAX_KEY = 100
 MAX_DECISIONS = 50
+#: cards decided per request, and per session (as many as a recall may exclude explicitly)
+MAX_DECIDE_BATCH = 100
+MAX_SESSION_DECISIONS = 500
 
 SessionId = Annotated[str, Meta(min_length=1, max_length=200)]
 Key = Annotated[str, Meta(min_length=1, max_length=MAX_KEY)]
@@ -117,6 +120,20 @@ class ReviewRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     selected: Annotated[list[ReviewSelection], Meta(max_length=MAX_SESSION_PROPOSALS)] = []
     decline_all: bool = False
     note: Annotated[str, Meta(max_length=2000)] = ""
+
+
+class CardDecision(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The user's decision on a card recalled in a session: ``accepted`` or ``rejected``
+    (``card_id``: ``mem-<uuid>`` in any case, as everywhere)."""
+
+    card_id: CardRef
+    decision: Literal["accepted", "rejected"]
+
+
+class DecideRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``POST .../sessions/{session_id}/decisions``: 1..100 decisions, each card once."""
+
+    decisions: Annotated[list[CardDecision], Meta(min_length=1, max_length=MAX_DECIDE_BATCH)]
 
 
 # ---- response structs ----
@@ -281,6 +298,28 @@ class SolvedIndexResult(msgspec.Struct):
     cards: list[SolvedIndexCard]
     operations: list[int]
     enqueued: bool
+
+
+class DecisionRecord(msgspec.Struct, omit_defaults=True):
+    """A card decided in a session: the decision, who recorded it (``token:<id>``) and when.
+    In the response of a decide, ``stored`` says what the request did: ``new``, ``changed`` (the
+    card was decided the other way before) or ``unchanged`` (the same decision again: its first
+    author and time stay)."""
+
+    card_id: str
+    decision: Literal["accepted", "rejected"]
+    decided_by: str
+    decided_at: datetime
+    stored: Literal["new", "changed", "unchanged"] | None = None
+
+
+class SessionDecisions(msgspec.Struct):
+    """The cards decided in a session (in the order they were decided, or for a decide the
+    request's decisions in its order), and the session's counts ``{total, accepted, rejected}``."""
+
+    session_id: str
+    decisions: list[DecisionRecord]
+    counts: dict[str, int]
 
 
 def digest(request: msgspec.Struct) -> str:

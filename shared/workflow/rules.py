@@ -21,8 +21,9 @@ from shared.errors import ArchiveError, InvalidInput
 from shared.models import (FAMILY_FIELDS, Card, CardWrite, Dependency, LinkIn, card_id_str,
                            normalize_card_ref, parse_card_id, reject_nul,
                            validate_card_write)
-from shared.workflow.requests import (CardPreview, CardRevision, FieldChange, PossibleDuplicate,
-                                      Proposal, ProposalLink, ReviewEdits, ReviewRequest)
+from shared.workflow.requests import (CardPreview, CardRevision, DecideRequest, FieldChange,
+                                      PossibleDuplicate, Proposal, ProposalLink, ReviewEdits,
+                                      ReviewRequest)
 
 #: When an addition reuses an existing card instead of creating one (DESIGN §6): it is the same
 #: card, field by field (:func:`identity`): same family; every content field equal up to
@@ -111,16 +112,25 @@ def _refused(where: str, key: str, message: str, field: str) -> InvalidInput:
     return InvalidInput(f"{where} (key {key!r}): {message}", field=f"{where}.{field}", item=key)
 
 
-def clean_session_id(session_id: str) -> str:
-    """The session id, trimmed.
+def check_decisions(req: DecideRequest) -> list[tuple[uuid.UUID, str]]:
+    """The decisions of a decide request as ``(card uuid, decision)`` in request order: each a
+    card id (any spelling :func:`~shared.models.parse_card_id` accepts), each card once.
 
-    :raises InvalidInput: blank, over 200 characters, or a NUL character.
+    :raises InvalidInput: a card id that is not one, or a card named twice (in any spelling;
+    the later one is named).
     """
-    session_id = session_id.strip()
-    if not session_id or len(session_id) > 200:
-        raise InvalidInput("a session id is 1..200 characters", field="session_id")
-    reject_nul(session_id, "session_id")
-    return session_id
+    out: dict[uuid.UUID, str] = {}
+    for i, d in enumerate(req.decisions):
+        where = f"decisions[{i}].card_id"
+        cid = parse_card_id(d.card_id)
+        if cid is None:
+            raise InvalidInput(f"{where} {d.card_id!r} is not a card id (mem-<uuid>)", field=where)
+        if cid in out:
+            raise InvalidInput(f"{where}: card {card_id_str(cid)} is decided twice in this "
+                               "request (one decision per card)", field=where,
+                               card_id=card_id_str(cid))
+        out[cid] = d.decision
+    return list(out.items())
 
 
 def check_reusable(family: str, content: dict[str, str], where: str, key: str) -> None:

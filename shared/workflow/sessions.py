@@ -17,6 +17,9 @@ Permissions, checked again here (the reviewer gate, issue 16): ``memory.propose`
   idempotency key: a repeated delivery returns the stored receipt and writes nothing (so a card
   created by the review and deleted since is never recreated).
 - :meth:`Workflow.solved_index` re-queues the projection recorded by a session's receipt.
+- :meth:`Workflow.decide` records which cards the user decided (accepted or rejected) in a
+  session, and :meth:`Workflow.decisions` lists them: recall in that session excludes them and
+  never bridges through them (DESIGN §5, :func:`shared.recall.verified.recall`).
 
 The rules are :mod:`shared.workflow.rules`, the wire format :mod:`shared.workflow.requests`; the
 SQL is in :mod:`shared.store.workflow`. A rejected call is recorded by :func:`audited` alone.
@@ -37,18 +40,20 @@ from psycopg import AsyncConnection
 from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
-from shared.models import Card, CardWrite, Source, card_id_str, parse_card_id
+from shared.models import Card, CardWrite, Source, card_id_str, clean_session_id, parse_card_id
 from shared.projection.queue import ProjectionQueue
 from shared.store import activity_log, outbox, workspaces
 from shared.store import cards as card_store
 from shared.store import workflow as store
 from shared.store.database import Database
 from shared.workflow import rules
-from shared.workflow.requests import (MAX_SESSION_PROPOSALS, FieldChange, ProjectionEntry,
-                                      Proposal, ProposalOutcome, ProposeRequest, ProposeResult,
-                                      ReviewedItem, ReviewOutcome, ReviewReceipt, ReviewRequest,
-                                      ReviewSelection, SolvedIndexCard, SolvedIndexResult,
-                                      Summary, SummaryItem, digest)
+from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
+                                      DecideRequest, DecisionRecord, FieldChange,
+                                      ProjectionEntry, Proposal, ProposalOutcome, ProposeRequest,
+                                      ProposeResult, ReviewedItem, ReviewOutcome, ReviewReceipt,
+                                      ReviewRequest, ReviewSelection, SessionDecisions,
+                                      SolvedIndexCard, SolvedIndexResult, Summary, SummaryItem,
+                                      digest)
 from shared.workflow.rules import Addition, Draft, Update
 
 
@@ -160,7 +165,7 @@ class Workflow:
         :raises Forbidden: the token lacks ``memory.propose``. :raises NotFound: principal.
         """
         principal.require(workspace, "memory.propose")
-        session_id = rules.clean_session_id(session_id)
+        session_id = clean_session_id(session_id)
         drafts = rules.check_batch(req.proposals)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
@@ -230,7 +235,7 @@ class Workflow:
         :raises Forbidden: the token holds neither ``memory.propose`` nor ``memory.review``.
         """
         principal.require(workspace, "memory.propose", "memory.review")
-        session_id = rules.clean_session_id(session_id)
+        session_id = clean_session_id(session_id)
         async with self.db.transaction(workspace, read_only=True, lock="shared") as conn:
             await workspaces.get(conn, workspace)
             stored = await _stored(conn, session_id)
@@ -303,7 +308,7 @@ class Workflow:
             ``memory.review`` (a token that only proposes cannot apply its proposals).
         """
         principal.require(workspace, "memory.review")
-        session_id = rules.clean_session_id(session_id)
+        session_id = clean_session_id(session_id)
         review_id = rules.check_review(req)
         request_digest = digest(req)
         op_ids: list[int] = []
@@ -440,7 +445,7 @@ class Workflow:
             ``memory.review``.
         """
         principal.require(workspace, "memory.review")
-        session_id = rules.clean_session_id(session_id)
+        session_id = clean_session_id(session_id)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
             receipt = await _reviewed(conn, session_id)
@@ -467,6 +472,87 @@ class Workflow:
         enqueued = await self.queue.enqueue(workspace, all_ops)
         return SolvedIndexResult(session_id=session_id, review_id=receipt.review_id,
                                  cards=results, operations=all_ops, enqueued=enqueued)
+
+    # ---- the cards decided in a session ----
+
+    @audited("decide")
+    async def decide(self, principal: Principal, workspace: str, session_id: str,
+                     req: DecideRequest) -> SessionDecisions:
+        """Record the user's decisions (``accepted`` or ``rejected``) on cards of the workspace
+        in ``session_id``; a card decided before takes the new decision (``stored: changed``),
+        the same decision again changes nothing (``unchanged``: its first author and time stay).
+        Recall with ``session`` excludes every card decided in the session (DESIGN §5).
+
+        All or nothing: one transaction under the workspace lock; an activity record ``decide``
+        names the session and the decisions that changed something.
+
+        :raises InvalidInput: a card id that is not one, a card named twice, a card that is not
+            a card of this workspace (``field`` names the item); nothing is written.
+        :raises Conflict: the session would hold more than 500 decided cards.
+        :raises Forbidden: the token lacks ``memory.propose``. :raises NotFound: principal.
+        """
+        principal.require(workspace, "memory.propose")
+        session_id = clean_session_id(session_id)
+        wanted = rules.check_decisions(req)
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            existing = await card_store.existing_ids(conn, [cid for cid, _ in wanted])
+            for i, (cid, _) in enumerate(wanted):
+                if cid not in existing:
+                    raise InvalidInput(f"decisions[{i}].card_id: {card_id_str(cid)} is not a card "
+                                       "in this workspace", field=f"decisions[{i}].card_id",
+                                       card_id=card_id_str(cid))
+            before = {d.card_id: d for d in await store.session_decisions(conn, session_id)}
+            if len(before.keys() | {cid for cid, _ in wanted}) > MAX_SESSION_DECISIONS:
+                raise Conflict(f"a session holds at most {MAX_SESSION_DECISIONS} decided cards",
+                               field="decisions")
+            changes = [(cid, d) for cid, d in wanted
+                       if cid not in before or before[cid].decision != d]
+            await store.record_decisions(conn, workspace, session_id, changes, principal.actor)
+            rows = await store.session_decisions(conn, session_id)
+            if changes:
+                await activity_log.record(
+                    conn, workspace, actor=principal.actor, verb="decide", outcome="ok",
+                    detail={"session": session_id, "count": len(changes), "decisions": [
+                        {"card_id": card_id_str(cid), "decision": d} for cid, d in changes[:100]]})
+        after = {d.card_id: d for d in rows}
+        records = []
+        for cid, _ in wanted:
+            record = _decision_record(after[cid])
+            record.stored = ("new" if cid not in before else "unchanged"
+                             if before[cid].decision == record.decision else "changed")
+            records.append(record)
+        return SessionDecisions(session_id=session_id, decisions=records,
+                                counts=_decision_counts(rows))
+
+    async def decisions(self, principal: Principal, workspace: str,
+                        session_id: str) -> SessionDecisions:
+        """The cards decided in the session, in the order they were decided, with the counts.
+
+        :raises NotFound: no card was decided in this session (or principal of another
+            workspace). :raises Forbidden: the token holds neither ``memory.propose`` nor
+            ``memory.review``.
+        """
+        principal.require(workspace, "memory.propose", "memory.review")
+        session_id = clean_session_id(session_id)
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            rows = await store.session_decisions(conn, session_id)
+        if not rows:
+            raise NotFound(f"no decisions in session {session_id!r}")
+        return SessionDecisions(session_id=session_id,
+                                decisions=[_decision_record(d) for d in rows],
+                                counts=_decision_counts(rows))
+
+
+def _decision_record(row: store.StoredDecision) -> DecisionRecord:
+    return DecisionRecord(card_id=card_id_str(row.card_id), decision=row.decision,  # type: ignore[arg-type]
+                          decided_by=row.decided_by, decided_at=row.decided_at)
+
+
+def _decision_counts(rows: list[store.StoredDecision]) -> dict[str, int]:
+    return {"total": len(rows), "accepted": sum(d.decision == "accepted" for d in rows),
+            "rejected": sum(d.decision == "rejected" for d in rows)}
 
 
 def _base_revision(d: Draft) -> int | None:

@@ -1,7 +1,10 @@
 """Commands that are clients of the writer API: cards, recall, rebuilds and workflow sessions.
 
 They use ``MEMARC_URL`` (default ``http://127.0.0.1:8000``) and ``MEMARC_TOKEN``, so they work
-while ``memarc up`` holds the embedded index. A command that is one API call as parsed (method,
+while ``memarc up`` holds the embedded index. The workflow's calls (``search``, ``rules``,
+``solved-search``, ``propose``) are bound to the workflow's database and schema (DESIGN §5):
+``--database`` / ``--schema``, else ``MEMARC_WORKFLOW_DATABASE`` / ``MEMARC_WORKFLOW_SCHEMA``
+(:func:`workflow_binding`), which fill the physical context a filter or a dependency leaves out. A command that is one API call as parsed (method,
 path, query parameters, a JSON body from ``--data``) is a row of :data:`API_CALLS`; the others
 have a handler of their own.
 """
@@ -100,12 +103,67 @@ CARD_DATA = arg("--data", required=True, help="JSON file with the card ('-' = st
 WAIT = arg("--wait", type=float, help="seconds (≤ 30) to wait for the projection")
 SESSION = arg("--session", required=True, help="session id of the caller's workflow")
 
+#: The environment that binds the workflow's calls to a database and schema (DESIGN §5).
+WORKFLOW_DATABASE_ENV = "MEMARC_WORKFLOW_DATABASE"
+WORKFLOW_SCHEMA_ENV = "MEMARC_WORKFLOW_SCHEMA"
+WORKFLOW_BINDING = (
+    arg("--database", help=f"the workflow's database (default ${WORKFLOW_DATABASE_ENV}): "
+                           "filters and dependencies that name none get it"),
+    arg("--schema", help=f"the workflow's schema (default ${WORKFLOW_SCHEMA_ENV}), with "
+                         "--database"),
+)
+
+
+def workflow_binding(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The database and schema the workflow's calls are bound to: ``--database`` / ``--schema``,
+    else ``MEMARC_WORKFLOW_DATABASE`` / ``MEMARC_WORKFLOW_SCHEMA`` (empty: unset).
+
+    :raises CliError: ``bad_input``, a schema without a database.
+    """
+    database = getattr(args, "database", None) or os.environ.get(WORKFLOW_DATABASE_ENV) or None
+    schema = getattr(args, "schema", None) or os.environ.get(WORKFLOW_SCHEMA_ENV) or None
+    if schema is not None and database is None:
+        raise CliError({"error": f"a workflow schema needs its database (--database or "
+                                 f"{WORKFLOW_DATABASE_ENV})", "code": "bad_input"})
+    return database, schema
+
+
+def bind_context(context: Any, binding: tuple[str | None, str | None], where: str, *,
+                 fill_schema: bool) -> Any:
+    """A physical context (a filter or a dependency entry: ``{database?, schema?, table?,
+    column?}``) inside the workflow's ``binding``: a database it leaves out is the binding's;
+    so is its schema when ``fill_schema`` (a filter always; a dependency only when it named no
+    database either: ``{"database": D}`` alone is a database-wide dependency, kept as written).
+    Anything but an object is returned unchanged (the API names what is wrong with it).
+
+    :raises CliError: ``outside_binding``, the context names another database or schema than
+        the binding's (as a token bound to them answers 403).
+    """
+    database, schema = binding
+    if database is None or not isinstance(context, dict):
+        return context
+    out = dict(context)
+    named_database = out.get("database") is not None
+    for level, bound, fill in (("database", database, True), ("schema", schema, fill_schema)):
+        have = out.get(level)
+        if bound is None:
+            continue
+        if have is None:
+            if fill or not named_database:
+                out[level] = bound
+        elif have != bound:
+            raise CliError({"error": f"{where} names {level} {have!r}, but this workflow is bound "
+                                     f"to {level} {bound!r} (--{level} or "
+                                     f"MEMARC_WORKFLOW_{level.upper()})",
+                            "code": "outside_binding"})
+    return out
+
 #: Fields of a card as `memarc show` prints it that an update does not send (set by the archive).
 READ_ONLY_CARD_FIELDS = ("id", "workspace", "origin", "source", "created_at", "updated_at",
                          "index_status")
 
 
-def _editable(document: Any) -> Any:
+def _editable(document: Any, args: argparse.Namespace) -> Any:
     """The body of an update from a card file: `memarc show` output (``{"card": …}``) or a card
     is accepted as is, without its read-only fields; anything else is sent unchanged (the API
     names unknown fields)."""
@@ -117,12 +175,22 @@ def _editable(document: Any) -> Any:
     return document
 
 
-def _proposals(document: Any) -> Any:
-    """The body of ``propose``: ``{proposals: [...]}``, or a bare list wrapped in one."""
-    return {"proposals": document} if isinstance(document, list) else document
+def _proposals(document: Any, args: argparse.Namespace) -> Any:
+    """The body of ``propose``: ``{proposals: [...]}``, or a bare list wrapped in one; each
+    dependency entry inside the workflow's binding (:func:`bind_context`)."""
+    body = {"proposals": document} if isinstance(document, list) else document
+    binding = workflow_binding(args)
+    if isinstance(body, dict) and isinstance(body.get("proposals"), list):
+        for i, proposal in enumerate(body["proposals"]):
+            deps = proposal.get("dependencies") if isinstance(proposal, dict) else None
+            if isinstance(deps, list):
+                proposal["dependencies"] = [
+                    bind_context(dep, binding, f"proposals[{i}].dependencies[{j}]",
+                                 fill_schema=False) for j, dep in enumerate(deps)]
+    return body
 
 
-def _as_is(document: Any) -> Any:
+def _as_is(document: Any, args: argparse.Namespace) -> Any:
     """The body of a command that sends its ``--data`` file unchanged."""
     return document
 
@@ -141,8 +209,9 @@ class ApiCall:
     arguments: tuple[Argument, ...] = ()
     #: Parsed arguments sent as query parameters of the same name when they are not None.
     query: tuple[str, ...] = ()
-    #: Makes the JSON body from the document of the ``--data`` file; None: no body.
-    body: Callable[[Any], Any] | None = None
+    #: Makes the JSON body from the document of the ``--data`` file and the parsed arguments;
+    #: None: no body.
+    body: Callable[[Any, argparse.Namespace], Any] | None = None
 
     def __call__(self, args: argparse.Namespace) -> Any:
         api = ApiClient()
@@ -155,7 +224,7 @@ class ApiCall:
         if params:
             kw["params"] = params
         if self.body is not None:
-            kw["json"] = self.body(read_json_file(args.data))
+            kw["json"] = self.body(read_json_file(args.data), args)
         return api.call(self.method, self.path.format_map(fields), **kw)
 
     def configure(self, subparsers: argparse._SubParsersAction) -> None:
@@ -185,7 +254,8 @@ API_CALLS: dict[str, ApiCall] = {call.name: call for call in (
             "Store a workflow session's proposals (additions and updates) from a JSON file.",
             "POST", "{session}/proposals",
             (SESSION, arg("--data", required=True,
-                          help="JSON file: {proposals: [...]} or a list ('-' = stdin)")),
+                          help="JSON file: {proposals: [...]} or a list ('-' = stdin)"),
+             *WORKFLOW_BINDING),
             body=_proposals),
     ApiCall("summary",
             "Show a session's proposals as one reviewable document (diffs, stale items).",
@@ -360,19 +430,30 @@ def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def search_command(args: argparse.Namespace, mode: str) -> Any:
     """Verified recall in ``mode`` (search, rules, solved): ``{results, excluded, expansion}``.
+    The filters are bound to the workflow's database and schema (:func:`workflow_binding`,
+    :func:`bind_context`); ``--session`` excludes the cards decided in that session.
 
-    :raises CliError: ``bad_input``, ``--filters`` is not JSON.
+    :raises CliError: ``bad_input``, ``--filters`` is not JSON; ``outside_binding``.
     """
     body: dict[str, Any] = {"query": args.query, "top": args.top, "mode": mode}
+    filters: Any = None
     if args.filters:
         try:
-            body["filters"] = json.loads(args.filters)
+            filters = json.loads(args.filters)
         except json.JSONDecodeError as exc:
             raise CliError({"error": f"--filters is not JSON: {exc}", "code": "bad_input"}) from exc
+    binding = workflow_binding(args)
+    if binding[0] is not None:
+        filters = bind_context({} if filters is None else filters, binding, "--filters",
+                               fill_schema=True)
+    if filters is not None:
+        body["filters"] = filters
     if getattr(args, "family", None):
         body["family"] = args.family
     if args.exclude:
         body["exclude"] = args.exclude
+    if args.session:
+        body["session"] = args.session
     return ApiClient().call("POST", _mem(args.workspace) + "/search", json=body)
 
 
@@ -392,9 +473,45 @@ def configure_search_parsers(subparsers: argparse._SubParsersAction) -> None:
         sp.add_argument("query", help="query text")
         sp.add_argument("--top", type=int, default=10, help="results, 1..100 (default 10)")
         sp.add_argument("--filters", help='JSON filters, e.g. \'{"database": "financial"}\'')
-        sp.add_argument("--exclude", action="append", help="card id already decided (repeatable)")
+        sp.add_argument("--exclude", action="append", help="card id to leave out (repeatable)")
+        sp.add_argument("--session", help="the workflow session: the cards decided in it "
+                                          "(`memarc session decide`) are left out")
+        add_arguments(sp, *WORKFLOW_BINDING)
         if mode == "search":
             sp.add_argument("--family", action="append", help="narrow to these families")
+
+
+def decide_command(args: argparse.Namespace) -> Any:
+    """Record the decision on each card (``POST .../sessions/{s}/decisions``):
+    ``{session_id, decisions, counts}``."""
+    decision = "accepted" if args.accepted else "rejected"
+    body = {"decisions": [{"card_id": c, "decision": decision} for c in args.card_ids]}
+    return ApiClient().call("POST", f"{_session(args.workspace, args.session)}/decisions",
+                            json=body)
+
+
+def decisions_command(args: argparse.Namespace) -> Any:
+    """The cards decided in a session (``GET .../sessions/{s}/decisions``)."""
+    return ApiClient().call("GET", f"{_session(args.workspace, args.session)}/decisions")
+
+
+def configure_session_parser(subparsers: argparse._SubParsersAction) -> None:
+    se = add_command(subparsers, "session",
+                     "Record or list the cards decided (accepted or rejected) in a workflow "
+                     "session; recall with --session leaves them out.", None)
+    ssub = se.add_subparsers(dest="session_command", required=True)
+    de = ssub.add_parser("decide", help="Record the user's decision on cards of a session.")
+    de.set_defaults(func=decide_command)
+    de.add_argument("--workspace", required=True, help="workspace id")
+    de.add_argument("session", help="session id of the caller's workflow")
+    de.add_argument("card_ids", nargs="+", metavar="CARD", help="card id mem-<UUID>")
+    which = de.add_mutually_exclusive_group(required=True)
+    which.add_argument("--accepted", action="store_true", help="the user accepted the cards")
+    which.add_argument("--rejected", action="store_true", help="the user rejected the cards")
+    ls = ssub.add_parser("decisions", help="List the cards decided in a session.")
+    ls.set_defaults(func=decisions_command)
+    ls.add_argument("--workspace", required=True, help="workspace id")
+    ls.add_argument("session", help="session id of the caller's workflow")
 
 
 #: The API commands, in the order of ``memarc --help``.
@@ -405,5 +522,5 @@ PARSERS = (
     configure_audit_parser, configure_index_parser, configure_import_parser,
     configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["summary"].configure,
     API_CALLS["review-apply"].configure, API_CALLS["solved-index"].configure,
-    API_CALLS["schema-cleanup"].configure,
+    configure_session_parser, API_CALLS["schema-cleanup"].configure,
 )
