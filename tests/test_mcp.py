@@ -242,9 +242,7 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
             with pytest.raises(BaseExceptionGroup) as group:
                 async with connect("mat_not-a-token") as session:
                     await session.list_tools()
-            error = group.value
-            while isinstance(error, BaseExceptionGroup):
-                error = error.exceptions[0]
+            error = _innermost(group.value)
             assert isinstance(error, MCPError) and error.error.data["code"] == "unauthorized"
             assert error.error.data["status"] == 401
 
@@ -299,3 +297,51 @@ async def test_memarc_mcp_refuses_to_start_without_a_token_or_next_to_memarc_up(
         code, _, err = await run_cli(capsys, "mcp")
     assert code == 2 and json.loads(err)["code"] == "already_running"
     assert "/mcp" in json.loads(err)["error"]
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The first exception inside the SDK's (nested) exception groups."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+async def test_mcp_over_http_answers_unavailable_dependencies_with_their_codes(make_env):
+    """A writer without its index: recall is an MCP error ``index_unavailable`` (503), the card
+    tools keep working; a writer whose PostgreSQL is down refuses every MCP request with
+    ``database_unavailable`` (HTTP 503, the JSON-RPC error in the body)."""
+    import dataclasses
+
+    from shared.store.database import Database
+
+    async with make_env() as env:
+        env.workspace("acme")
+        token = env.token("acme")["Authorization"].split()[1]
+        no_index = create_app(env.settings, dataclasses.replace(env.resources, index=None,
+                                                                embedder=None))
+        dead = Database("postgresql://postgres@127.0.0.1:1/none", "memory", timeout=1)
+        await dead.open()
+        no_database = create_app(env.settings, dataclasses.replace(env.resources, db=dead))
+        for app, expected in ((no_index, "index_unavailable"),
+                              (no_database, "database_unavailable")):
+            server, task, url = await start_server(app, lifespan="on")
+            try:
+                async with (create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+                            as http, streamable_http_client(f"{url}/mcp", http_client=http)
+                            as (read, write), ClientSession(read, write) as session):
+                    await session.initialize()
+                    pending = await session.call_tool("list_pending", {})
+                    assert pending.structured_content == {"operations": [], "total": 0}
+                    with pytest.raises(MCPError) as exc:
+                        await session.call_tool("search", {"query": "anything"})
+                    assert _problem(exc)["code"] == expected and _problem(exc)["status"] == 503
+            except BaseExceptionGroup as group:  # PostgreSQL down: refused at initialize
+                error = _innermost(group)
+                assert isinstance(error, MCPError), error
+                assert expected == "database_unavailable"
+                assert error.error.data["code"] == expected and error.error.data["status"] == 503
+            else:
+                assert expected == "index_unavailable"
+            finally:
+                await stop_server(server, task)
+        await dead.close()
