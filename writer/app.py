@@ -2,6 +2,8 @@
 
 Handlers parse, call ``shared``, return. Errors are translated in one table of exception handlers
 into RFC 9457 problem details (``application/problem+json``) with a machine-readable ``code``.
+The app also serves the MCP server (:mod:`writer.mcp_server`) over streamable HTTP at ``/mcp``;
+its session manager runs in the app's lifespan.
 """
 
 from __future__ import annotations

@@ -54,9 +54,10 @@ async def authorize(connection: ASGIConnection, handler: BaseRouteHandler) -> No
 
 async def authenticate_header(db: Database, failures: FailedAuthLog, authorization: str,
                               client: str, path: str) -> Principal:
-    """The principal of an ``Authorization: Bearer <token>`` header value (the HTTP routes' and
-    the MCP endpoint's, which passes ``Bearer $MEMARC_TOKEN`` over stdio). A failure is counted
-    and logged by ``failures`` with ``client`` and ``path`` (never the token).
+    """The principal of an ``Authorization: Bearer <token>`` header value: for the routes'
+    guard (:func:`authorize`), the MCP endpoint at ``/mcp``, and ``memarc mcp`` (which passes
+    ``Bearer $MEMARC_TOKEN``). A failure is counted and logged by ``failures`` with ``client`` and
+    ``path`` (never the token).
 
     :raises Unauthorized: missing, malformed, unknown, revoked or expired token.
     :raises DatabaseUnavailable: PostgreSQL cannot be reached.
