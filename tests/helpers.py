@@ -245,15 +245,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def start_server(app: Any) -> tuple[Any, asyncio.Task, str]:
-    """Serve an ASGI app with uvicorn on a free loopback port in this event loop (no lifespan:
-    the app's resources belong to the caller); returns ``(server, task, base_url)`` for
-    :func:`stop_server`."""
+async def start_server(app: Any, lifespan: str = "off") -> tuple[Any, asyncio.Task, str]:
+    """Serve an ASGI app with uvicorn on a free loopback port in this event loop (no lifespan by
+    default: the app's resources belong to the caller; ``lifespan="on"`` runs it, e.g. for the
+    writer's MCP session manager); returns ``(server, task, base_url)`` for :func:`stop_server`."""
     import uvicorn
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+                                           lifespan=lifespan))
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.02)

@@ -2,6 +2,8 @@
 
 Handlers parse, call ``shared``, return. Errors are translated in one table of exception handlers
 into RFC 9457 problem details (``application/problem+json``) with a machine-readable ``code``.
+The app also serves the MCP server (:mod:`writer.mcp_server`) over streamable HTTP at ``/mcp``;
+its session manager runs in the app's lifespan.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import psycopg
-from litestar import Controller, Litestar, Request, Response, delete, get, post, put
+from litestar import Controller, Litestar, Request, Response, asgi, delete, get, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
-from litestar.types import Scope
+from litestar.types import Receive, Scope, Send
 
 from shared import models
 from shared.archive.activity import record_rejection
@@ -35,8 +37,10 @@ from shared.projection.reconciliation import AuditReport
 from shared.resources import Resources
 from shared.store.listing import ListQuery
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
+from writer.mcp_server import McpHttpEndpoint
 from writer.metrics import RequestMetrics, metrics
-from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES
+from writer.problems import (IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES,
+                             archive_problem, problem_body)
 from writer.workflow import SchemaChangeController, SessionController
 
 log = logging.getLogger("memarc.writer")
@@ -53,21 +57,21 @@ Wait = Annotated[float | None, Parameter(
 
 def problem(status: int, title: str, detail: str, code: str, request: Request | None = None,
             **extra: Any) -> Response:
-    """An RFC 9457 problem-details response."""
-    body: dict[str, Any] = {"type": f"https://memarc.dev/problems/{code}", "title": title,
-                            "status": status, "detail": detail, "code": code}
-    if request is not None:
-        body["instance"] = request.url.path
-    body.update({k: v for k, v in extra.items() if v is not None})
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return Response(content=body, status_code=status, media_type=PROBLEM, headers=headers)
+    """An RFC 9457 problem-details response (:func:`~writer.problems.problem_body`)."""
+    return _problem_response(problem_body(status, title, detail, code,
+                                          request.url.path if request is not None else None,
+                                          **extra))
+
+
+def _problem_response(body: dict[str, Any]) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if body["status"] == 401 else None
+    return Response(content=body, status_code=body["status"], media_type=PROBLEM, headers=headers)
 
 
 def _archive_error(request: Request, exc: ArchiveError) -> Response:
     if exc.status >= 500:
         log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
-    title = (type(exc).__doc__ or "").strip().splitlines()[0]
-    return problem(exc.status, title, exc.message, exc.code, request, **exc.extra)
+    return _problem_response(archive_problem(exc, request.url.path))
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -412,10 +416,24 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
     state.metrics_token = settings.metrics_token
     if resources is not None:
         state.archive = resources.archive()
+    mcp_endpoint = McpHttpEndpoint(lambda: state.archive, state.auth_failures)
+
+    @asynccontextmanager
+    async def mcp_lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with mcp_endpoint.run():  # the SDK's session manager runs for the app's lifetime
+            yield
+
+    @asgi("/mcp", copy_scope=True)
+    async def mcp(scope: Scope, receive: Receive, send: Send) -> None:
+        """The MCP server over streamable HTTP (:class:`writer.mcp_server.McpHttpEndpoint`):
+        tools ``search``, ``rules``, ``solved``, ``get_card``, ``list_pending``, ``propose``
+        for the bearer token's workspace."""
+        await mcp_endpoint(scope, receive, send)
+
     return Litestar(
         route_handlers=[MemoryController, SessionController, SchemaChangeController, healthz, readyz,
-                        metrics],
-        lifespan=[lifespan],
+                        metrics, mcp],
+        lifespan=[lifespan, mcp_lifespan],
         middleware=[RequestMetrics()],
         state=state,
         exception_handlers={

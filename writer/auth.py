@@ -16,9 +16,10 @@ from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from shared.archive.authentication import authenticate
+from shared.archive.authentication import FailedAuthLog, authenticate
 from shared.auth import Principal
 from shared.errors import BadRequest, Unauthorized
+from shared.store.database import Database
 
 PRINCIPAL_KEY = "memarc_principal"
 
@@ -43,20 +44,34 @@ async def authorize(connection: ASGIConnection, handler: BaseRouteHandler) -> No
     :raises Forbidden: the token lacks ``opt["permission"]`` (403).
     """
     state = connection.app.state
-    scheme, _, token = connection.headers.get("authorization", "").partition(" ")
+    principal = await authenticate_header(
+        state.archive.db, state.auth_failures, connection.headers.get("authorization", ""),
+        client_address(connection), connection.url.path)
+    connection.scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
+    principal.require(str(connection.path_params.get("workspace_id", "")),
+                      *route_permissions(handler))
+
+
+async def authenticate_header(db: Database, failures: FailedAuthLog, authorization: str,
+                              client: str, path: str) -> Principal:
+    """The principal of an ``Authorization: Bearer <token>`` header value: for the routes'
+    guard (:func:`authorize`), the MCP endpoint at ``/mcp``, and ``memarc mcp`` (which passes
+    ``Bearer $MEMARC_TOKEN``). A failure is counted and logged by ``failures`` with ``client`` and
+    ``path`` (never the token).
+
+    :raises Unauthorized: missing, malformed, unknown, revoked or expired token.
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+    """
+    scheme, _, token = authorization.partition(" ")
     try:
         if scheme.lower() != "bearer" or not token.strip():
             exc = Unauthorized("send Authorization: Bearer <token>")
             exc.reason = "missing"  # type: ignore[attr-defined]
             raise exc
-        principal = await authenticate(state.archive.db, token.strip())
+        return await authenticate(db, token.strip())
     except Unauthorized as exc:
-        state.auth_failures.record(client_address(connection), getattr(exc, "reason", "?"),
-                                   connection.url.path)
+        failures.record(client, getattr(exc, "reason", "?"), path)
         raise
-    connection.scope.setdefault("state", {})[PRINCIPAL_KEY] = principal
-    principal.require(str(connection.path_params.get("workspace_id", "")),
-                      *route_permissions(handler))
 
 
 def route_permissions(handler: BaseRouteHandler) -> tuple[str, ...]:

@@ -15,7 +15,29 @@ from typing import Any
 import msgspec
 from litestar.openapi.datastructures import ResponseSpec
 
+from shared.errors import ArchiveError
+
 PROBLEM = "application/problem+json"
+
+
+def problem_body(status: int, title: str, detail: str, code: str, instance: str | None = None,
+                 **extra: Any) -> dict[str, Any]:
+    """An RFC 9457 problem-details document: ``type``, ``title``, ``status``, ``detail``,
+    ``code``, ``instance`` when given, then the ``extra`` members that are not None."""
+    body: dict[str, Any] = {"type": f"https://memarc.dev/problems/{code}", "title": title,
+                            "status": status, "detail": detail, "code": code}
+    if instance is not None:
+        body["instance"] = instance
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return body
+
+
+def archive_problem(exc: ArchiveError, instance: str | None = None) -> dict[str, Any]:
+    """The problem-details document of an archive error: its status and ``code``, its message
+    as ``detail``, the first line of its class docstring as ``title``, its ``extra`` members
+    (``field``, ``item``, ``permissions``, ...). The HTTP API and the MCP server both answer it."""
+    title = (type(exc).__doc__ or "").strip().splitlines()[0]
+    return problem_body(exc.status, title, exc.message, exc.code, instance, **exc.extra)
 
 
 class ProblemDetails(msgspec.Struct, omit_defaults=True):

@@ -1,4 +1,5 @@
-"""Serving and supervision: the process bodies of ``memarc up|writer|worker|explorer`` (DESIGN §11).
+"""Serving and supervision: the process bodies of ``memarc up|writer|worker|explorer|mcp``
+(DESIGN §11).
 
 ``memarc up`` runs everything in one process over the embedded defaults
 (:mod:`writer.embedded`): the embedded index allows one process per storage path, so writer,
@@ -119,16 +120,19 @@ def _check_ports(host: str, ports: list[int]) -> None:
 
 
 @contextlib.contextmanager
-def _data_dir_lock(data_dir: Path):
-    """One `memarc up` per data dir: its embedded PostgreSQL, Redis and index are not shareable."""
+def _data_dir_lock(data_dir: Path, refusal: str | None = None):
+    """One process per data dir (`memarc up`, or `memarc mcp` over the embedded index): its
+    embedded PostgreSQL, Redis and index are not shareable. ``refusal``: the message when another
+    process holds it (``{data_dir}`` is filled in)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     fh = open(data_dir / "up.lock", "w")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.close()
-        raise UsageError(f"another `memarc up` is running with data dir {data_dir}; stop it first "
-                         "(or set MEMARC_DATA_DIR)", "already_running") from None
+        raise UsageError((refusal or "another `memarc up` (or `memarc mcp`) is running with data "
+                          "dir {data_dir}; stop it first (or set MEMARC_DATA_DIR)"
+                          ).format(data_dir=data_dir), "already_running") from None
     try:
         fh.write(str(os.getpid()))
         fh.flush()
@@ -205,6 +209,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             "writer": f"http://{host}:{port}",
             "openapi": f"http://{host}:{port}/schema",
             "metrics": f"http://{host}:{port}/metrics",
+            "mcp": f"http://{host}:{port}/mcp",
             "explorer": f"http://{host}:{explorer_port}/-/memory",
             "index": settings.qdrant_url or (
                 f"embedded Qdrant Edge: {Path(settings.data_dir) / 'edge'}"
@@ -251,6 +256,48 @@ def run_writer(host: str, port: int) -> None:
     from writer.app import create_app
 
     asyncio.run(_serve([(create_app(settings), host, port)], None))
+
+
+MCP_EMBEDDED_REFUSAL = (
+    "the embedded index under {data_dir} is in use by another process (`memarc up`, or another "
+    "`memarc mcp`): use that writer's MCP endpoint over HTTP (http://127.0.0.1:8000/mcp with "
+    "the Authorization header), or set MEMARC_QDRANT_URL")
+
+
+def run_mcp() -> None:
+    """``memarc mcp``: the MCP server over stdio (:func:`writer.mcp_server.serve_stdio`) for the
+    token in ``MEMARC_TOKEN``, in this process over the same settings as ``memarc writer``
+    (PostgreSQL at ``MEMARC_DATABASE_URL``, Redis, the index): nothing but MCP messages is written
+    to stdout. With a Qdrant server (``MEMARC_QDRANT_URL``) any number of them run next to the
+    writer and the workers; without one, it opens the embedded index of ``MEMARC_DATA_DIR``
+    itself and so holds the data dir as ``memarc up`` does (one process per data dir).
+
+    :raises UsageError: ``token_missing`` (no ``MEMARC_TOKEN``), ``database_url_missing``, or
+        ``already_running`` (the embedded index is held by ``memarc up`` or another ``memarc mcp``;
+        the message points to the running writer's ``/mcp``).
+    """
+    settings = load_settings()
+    token = os.environ.get("MEMARC_TOKEN", "").strip()
+    if not token:
+        raise UsageError("MEMARC_TOKEN is not set: the MCP server acts as the holder of that "
+                         "token (memarc token create)", "token_missing")
+    if not settings.database_url:
+        raise UsageError("MEMARC_DATABASE_URL is not set (memarc mcp uses the writer's settings)",
+                         "database_url_missing")
+    lock = (_data_dir_lock(Path(settings.data_dir), MCP_EMBEDDED_REFUSAL)
+            if settings.embedded_qdrant else contextlib.nullcontext())
+
+    async def main() -> None:
+        from writer.mcp_server import serve_stdio
+
+        resources = await Resources.open(settings, with_index=True)
+        try:
+            await serve_stdio(resources.archive(), token)
+        finally:
+            await resources.close()
+
+    with lock:
+        asyncio.run(main())
 
 
 def run_worker() -> None:

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("arq").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK logs every HTTP request at INFO
     args = build_parser().parse_args(argv)
     import psycopg
 

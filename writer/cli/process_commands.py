@@ -1,4 +1,5 @@
-"""The process commands ``up``, ``writer``, ``worker``, ``explorer`` (see :mod:`writer.serving`)."""
+"""The process commands ``up``, ``writer``, ``worker``, ``explorer``, ``mcp`` (see
+:mod:`writer.serving`)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,26 @@ def configure_worker_parser(subparsers: argparse._SubParsersAction) -> None:
                          "last 31 s, else 1 (for container health checks)")
 
 
+def mcp_command(args: argparse.Namespace) -> None:
+    """Serve MCP over stdio until stdin closes, as the holder of ``MEMARC_TOKEN``.
+
+    :raises CliError: ``token_missing``, ``database_url_missing`` or ``already_running``
+        (nothing was started).
+    """
+    from writer.serving import UsageError, run_mcp
+
+    try:
+        run_mcp()
+    except UsageError as exc:
+        raise CliError({"error": str(exc), "code": exc.code}) from exc
+
+
+def configure_mcp_parser(subparsers: argparse._SubParsersAction) -> None:
+    add_command(subparsers, "mcp",
+                "Run the MCP server over stdio for MEMARC_TOKEN's workspace (the writer's "
+                "settings; the writer serves it over HTTP at /mcp).", mcp_command)
+
+
 #: The process commands, in the order of ``memarc --help``.
 PARSERS = (configure_up_parser, configure_writer_parser, configure_explorer_parser,
-           configure_worker_parser)
+           configure_worker_parser, configure_mcp_parser)
