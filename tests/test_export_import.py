@@ -49,6 +49,12 @@ IMPORTED = [
      "dependencies": [{"database": "bank"}]},
 ]
 
+WORKFLOW = {"key": "wf-monthly", "family": "sql_rule", "title": "Months are calendar months",
+            "content": {"rule": "Group by date_trunc('month', date); never by 30-day windows."},
+            "origin": "workflow",
+            "source": {"session_id": "s-9", "decision_ids": ["d1", "d2"]},
+            "links": [{"target": "rule-loans", "meaning": "reported monthly"}]}
+
 QUERIES = [("search", "what does elder client mean"), ("search", "loan status finished"),
            ("rules", "finished loans status"), ("rules", "date minus text operator error"),
            ("solved", "count old clients with completed loans"),
@@ -60,14 +66,18 @@ def _file(lines: list[dict[str, Any]]) -> bytes:
 
 
 async def _seed(env) -> dict[str, str]:
-    """Workspace src: the imported lines, and manual cards of every family linking to them
-    (by id) and to each other. Returns src's headers."""
+    """Workspace src: the imported lines, a workflow card (imported with its origin and
+    source), and manual cards of every family linking to them (by id) and to each other.
+    Returns src's headers."""
     env.workspace("src")
     h = env.token("src")
     r = await env.client.post(f"{SRC}/import", content=_file(IMPORTED), headers={**h, **NDJSON})
     assert r.status_code == 201 and r.json()["created"] == 4, r.text
     ids = dict(env.scalar("SELECT array_agg(ARRAY[import_key, 'mem-' || id]) FROM memory.cards"
                           " WHERE workspace_id = 'src'"))
+    # a reviewed session's card, as an earlier export of a workspace would carry it
+    r = await env.client.post(f"{SRC}/import", headers={**h, **NDJSON}, content=_file([WORKFLOW]))
+    assert r.status_code == 201 and r.json()["created"] == 1, r.text
     week = (await env.client.post(SRC, headers=h, json={
         "family": "domain_clarification", "title": "Weekly revenue",
         "content": {"definition": "Revenue summed from Monday to Sunday."},
@@ -121,7 +131,7 @@ async def test_export_import_export_is_identical_and_recall_agrees(make_env):
         lines = [json.loads(x) for x in first.splitlines()]
         keys = _keys(env, "src")
         # every card, under its key (import key, else its id), in key order, links by key
-        assert sorted(x["key"] for x in lines) == sorted(keys.values()) and len(lines) == 8
+        assert sorted(x["key"] for x in lines) == sorted(keys.values()) and len(lines) == 9
         assert [x["key"] for x in lines] == sorted((x["key"] for x in lines),
                                                    key=lambda k: k.encode())
         assert {x["family"] for x in lines} == {"domain_clarification", "sql_rule",
@@ -133,7 +143,8 @@ async def test_export_import_export_is_identical_and_recall_agrees(make_env):
         assert by_key["clar-elder"]["source"] == {"dataset": "crm", "record": "glossary-7"}
         assert by_key["clar-elder"]["dependencies"] == IMPORTED[0]["dependencies"]
         assert by_key["rule-loans"]["scope"] == "reporting"
-        assert {x["origin"] for x in lines} == {"import", "manual"}
+        assert {x["origin"] for x in lines} == {"import", "manual", "workflow"}
+        assert by_key["wf-monthly"]["source"] == WORKFLOW["source"]
         manual_solved = next(x for x in lines if x["title"] == "Revenue of last week")
         assert manual_solved["key"].startswith("mem-")
         assert {link["target"] for link in manual_solved["links"]} >= {"rule-loans"}
@@ -146,15 +157,15 @@ async def test_export_import_export_is_identical_and_recall_agrees(make_env):
         hd = env.token("dst")
         r = await env.client.post(f"{DST}/import", content=first, headers={**hd, **NDJSON})
         assert r.status_code == 201, r.text
-        assert (r.json()["created"], r.json()["skipped"]) == (8, 0)
+        assert (r.json()["created"], r.json()["skipped"]) == (9, 0)
         second = await _export(env, DST, hd)
         assert second == first  # no ids in the file: identical, byte for byte
         assert set(_keys(env, "dst")).isdisjoint(_keys(env, "src"))  # new cards, new ids
         with psycopg.connect(env.migrator_url) as conn:
             origins = conn.execute("SELECT workspace_id, origin, count(*) FROM memory.cards"
                                    " GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
-        assert origins == [("dst", "import", 4), ("dst", "manual", 4),
-                           ("src", "import", 4), ("src", "manual", 4)]
+        assert origins == [("dst", "import", 4), ("dst", "manual", 4), ("dst", "workflow", 1),
+                           ("src", "import", 4), ("src", "manual", 4), ("src", "workflow", 1)]
 
         # recall, once the worker projected both: the same cards by key, in the same order
         await env.drain()
@@ -333,3 +344,74 @@ async def test_cli_export_streams_to_gzip_and_import_is_idempotent(make_env, mon
         # another workspace: 404 (the live writer's token is acme's)
         code, out, err = await _cli(capsys, "export", "--workspace", "other")
         assert code == 2 and out == "" and json.loads(err)["code"] == "not_found"
+
+
+async def test_the_demo_import_is_the_idempotent_import(make_env, tmp_path):
+    """`memarc up --demo` imports its cards file at every start: the second start creates
+    nothing and does not wait; a card deleted since comes back, the workspace's own cards stay."""
+    import io
+
+    from shared.auth import Principal
+    from writer.demo import load_demo_cards
+
+    path = tmp_path / "cards.jsonl.gz"
+    path.write_bytes(gzip.compress(_file(IMPORTED)))
+    async with make_env() as env:
+        env.workspace("dst")
+        hd = env.token("dst")
+        archive = env.resources.archive()
+        me = Principal(workspace="dst", permissions=frozenset({"memory.manage"}), actor="test")
+        outputs = []
+        async with env.running_worker():
+            for _ in range(2):
+                out = io.StringIO()
+                await asyncio.wait_for(load_demo_cards(archive, me, "dst", path, out), 120)
+                outputs.append([json.loads(x) for x in out.getvalue().splitlines()
+                                if x.startswith("{")])
+        first, second = outputs
+        assert first[0]["imported"] == 4 and first[-1]["cards"] == 4
+        assert "seconds_to_import_and_project" in first[-1]
+        assert second[0] == {"imported": 0, "by_family": {}, "already_imported": 4}
+        assert second[-1]["current"] == 4 and "note" in second[-1]
+        state = _state(env, "dst")
+        r = await env.client.delete(f"{DST}/{state['rule-loans'][0]}", headers=hd)
+        assert r.status_code == 200
+        async with env.running_worker():
+            out = io.StringIO()
+            await asyncio.wait_for(load_demo_cards(archive, me, "dst", path, out), 120)
+        assert json.loads(out.getvalue().splitlines()[0])["imported"] == 1
+        after = _state(env, "dst")
+        assert after["rule-loans"] != state["rule-loans"]  # a new card under the same key
+        assert {k: v for k, v in after.items() if k != "rule-loans"} == {
+            k: v for k, v in state.items() if k != "rule-loans"}
+
+
+async def test_an_export_cut_short_fails_and_leaves_no_file(make_env, monkeypatch, capsys,
+                                                            tmp_path):
+    """PostgreSQL lost after the first lines went out: the HTTP stream ends without its last
+    chunk, and `memarc export` reports it (exit 3) and removes what it had written."""
+    from shared.errors import DatabaseUnavailable
+    from shared.store import cards
+
+    real = cards.export_lines
+
+    async def cut(conn, families):
+        n = 0
+        async for line in real(conn, families):
+            yield line
+            n += 1
+            if n == 300:
+                raise DatabaseUnavailable("PostgreSQL is unavailable: test")
+
+    many = [{"key": f"c-{i:04d}", "family": "sql_rule", "title": f"Rule {i}",
+             "content": {"rule": f"Rule {i} " + "y" * 400}} for i in range(600)]
+    async with live_writer(make_env, monkeypatch) as env:
+        h = env.token("acme")
+        r = await env.client.post("/api/workspaces/acme/memory/import", content=_file(many),
+                                  headers={**h, **NDJSON})
+        assert r.status_code == 201
+        monkeypatch.setattr(cards, "export_lines", cut)
+        output = tmp_path / "cut.jsonl"
+        code, out, err = await _cli(capsys, "export", "--workspace", "acme", "--output", str(output))
+        assert code == 3 and out == "" and json.loads(err)["code"] == "export_incomplete", err
+        assert not output.exists() and list(tmp_path.iterdir()) == []
