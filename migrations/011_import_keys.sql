@@ -12,8 +12,11 @@
 -- column as to the rest of the row) and serves the import's look-up by key and the export's
 -- order (by key, byte order, so that two workspaces export in one order).
 --
--- Cards imported before this version have no import key (their keys were never stored): they
--- are keyed by their ids from now on, and importing their file again creates them again.
+-- Cards imported before this version have no import key (their keys were never stored). The
+-- import adopts them instead: a line whose key is no card's key, and which says exactly what such
+-- a card holds (family, title, content, scope, concepts, dependencies and source), is that card,
+-- and gives it its key (nothing else of the card changes). The partial index finds the cards
+-- still waiting for a key; once adopted, they leave it.
 -- Idempotent (IF NOT EXISTS, CREATE OR REPLACE): it may run again over its own objects.
 SET LOCAL ROLE memarc_migrator;
 
@@ -30,3 +33,6 @@ GRANT EXECUTE ON FUNCTION card_key(text, uuid) TO memarc_runtime, memarc_reader;
 
 CREATE UNIQUE INDEX IF NOT EXISTS cards_key_idx
     ON cards (workspace_id, (card_key(import_key, id)) COLLATE "C");
+
+CREATE INDEX IF NOT EXISTS cards_unkeyed_import_idx ON cards (workspace_id)
+    WHERE import_key IS NULL AND origin = 'import';

@@ -415,3 +415,33 @@ async def test_an_export_cut_short_fails_and_leaves_no_file(make_env, monkeypatc
         code, out, err = await _cli(capsys, "export", "--workspace", "acme", "--output", str(output))
         assert code == 3 and out == "" and json.loads(err)["code"] == "export_incomplete", err
         assert not output.exists() and list(tmp_path.iterdir()) == []
+
+
+async def test_cards_imported_before_import_keys_are_adopted_not_duplicated(make_env):
+    """A card imported before migration 011 has no import key; importing its file again gives
+    it its line's key (nothing else changes) instead of creating it twice. A card that no longer
+    says what its line says is not that line's card."""
+    async with make_env() as env:
+        env.workspace("dst")
+        hd = env.token("dst")
+        r = await env.client.post(f"{DST}/import", content=_file(IMPORTED), headers={**hd, **NDJSON})
+        assert r.status_code == 201
+        await env.drain()
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:  # as before 011
+            conn.execute("UPDATE memory.cards SET import_key = NULL")
+            conn.execute("UPDATE memory.cards SET title = 'Edited since' WHERE family = 'sql_rule'")
+            before = {i: (r, u) for i, r, u in conn.execute(
+                "SELECT id, revision, updated_at FROM memory.cards")}
+        ops = env.scalar("SELECT count(*) FROM memory.projection_ops")
+        r = await env.client.post(f"{DST}/import", content=_file(IMPORTED), headers={**hd, **NDJSON})
+        assert r.status_code == 201, r.text
+        assert (r.json()["created"], r.json()["skipped"]) == (1, 3)
+        edited = env.scalar("SELECT id FROM memory.cards WHERE title = 'Edited since'")
+        assert set(_state(env, "dst")) == {x["key"] for x in IMPORTED} | {f"mem-{edited}"}
+        with psycopg.connect(env.migrator_url) as conn:
+            after = {i: (r, u) for i, r, u in conn.execute(
+                "SELECT id, revision, updated_at FROM memory.cards")}
+        assert {i: v for i, v in after.items() if i in before} == before  # adopted as they were
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops") == ops + 1  # the new one
+        r = await env.client.post(f"{DST}/import", content=_file(IMPORTED), headers={**hd, **NDJSON})
+        assert (r.json()["created"], r.json()["skipped"]) == (0, 4)

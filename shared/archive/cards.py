@@ -126,6 +126,7 @@ async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, in
     outside = list(dict.fromkeys(link.target for c in items for link in c.links
                                  if link.target not in line_of))
     found = await cards.ids_by_key(conn, [*line_of, *outside])
+    found.update(await _adopt_unkeyed(conn, [c for c in items if c.key not in found]))
     existing = {k for k in line_of if k in found}
     refs = {k: found.get(k) or uuid.uuid4() for k in line_of}
     unresolved = [t for t in outside if t not in found]
@@ -144,6 +145,35 @@ async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, in
         if any(refs[link.target] == refs[c.key] for link in c.links):
             raise InvalidInput(f"line {line_of[c.key]}: key {c.key!r} links to itself")
     return refs, existing
+
+
+def _signature(card: Card | ImportCard) -> tuple[Any, ...]:
+    """What makes an import line the card it created: family, title, content, scope, concepts
+    and dependencies (in order) and source; not the links (a line names them by key)."""
+    return (card.family, card.title, tuple(sorted(card.content.items())), card.scope,
+            tuple(card.concepts), tuple(d.key() for d in card.dependencies),
+            msgspec.json.encode(card.source, order="sorted") if card.source else None)
+
+
+async def _adopt_unkeyed(conn: Any, lines: list[ImportCard]) -> dict[str, uuid.UUID]:
+    """Cards imported before migration 011 have no import key: each line (whose key is no card's
+    key) that says exactly what such a card holds (:func:`_signature`) adopts it, the oldest
+    first, and gives it its key; returns ``{key: card id}`` of the adoptions. So a file imported
+    before import keys existed imports again without creating its cards twice."""
+    candidates = await cards.unkeyed_imported(conn) if lines else []
+    if not candidates:
+        return {}
+    waiting: dict[tuple[Any, ...], list[uuid.UUID]] = {}
+    for card in candidates:
+        waiting.setdefault(_signature(card), []).append(parse_card_id(card.id))  # type: ignore[arg-type]
+    adopted = {}
+    for line in lines:
+        ids = waiting.get(_signature(line))
+        if ids:
+            adopted[line.key] = ids.pop(0)
+    if adopted:
+        await cards.set_import_keys(conn, adopted)
+    return adopted
 
 
 def _same_card(card: Card, line: ImportCard, links: set[tuple[uuid.UUID, str]]) -> bool:
@@ -482,7 +512,8 @@ class Archive:
         ``skip`` it is left alone, with ``update`` its title, content, scope, concepts,
         dependencies and links are replaced when one of them differs (same id, revision + 1,
         origin and source kept, a projection queued) and it is left alone otherwise. Any other
-        line creates a card (origin: the line's, default ``import``) that remembers its key. So
+        line creates a card (origin: the line's, default ``import``) that remembers its key,
+        unless it adopts a card imported before import keys existed (:func:`_adopt_unkeyed`). So
         importing one file twice changes nothing. A link target is a key of this file, else the
         key of a card of the workspace, else the id of one. A key that is a card id in another
         spelling is read as ``mem-<uuid>`` (as links are).

@@ -211,6 +211,21 @@ async def ids_by_key(conn: AsyncConnection, keys: list[str]) -> dict[str, uuid.U
     return {row["key"]: row["id"] for row in await cur.fetchall()}
 
 
+async def unkeyed_imported(conn: AsyncConnection) -> list[Card]:
+    """The cards imported before migration 011 (origin ``import``, no import key) that no import
+    adopted yet, oldest first."""
+    cur = await conn.execute(Q.cards_unkeyed_imported)
+    ids = [row["id"] for row in await cur.fetchall()]
+    found = await get_many(conn, ids)
+    return [found[i] for i in ids]
+
+
+async def set_import_keys(conn: AsyncConnection, keys: dict[str, uuid.UUID]) -> None:
+    """Give cards without an import key the keys that adopted them (``{key: card id}``); their
+    content, revision and timestamps stay as they are."""
+    await conn.execute(Q.card_set_import_keys, {"ids": list(keys.values()), "keys": list(keys)})
+
+
 #: Rows a server-side cursor of an export fetches per round trip.
 EXPORT_PAGE = 500
 

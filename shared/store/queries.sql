@@ -38,6 +38,18 @@ SELECT card_key(c.import_key, c.id) AS key, c.id
 FROM cards c
 WHERE card_key(c.import_key, c.id) COLLATE "C" = ANY(%(keys)s::text[]);
 
+-- name: cards_unkeyed_imported
+-- Cards imported before migration 011 that no import has adopted yet (served by
+-- cards_unkeyed_import_idx).
+SELECT id FROM cards WHERE import_key IS NULL AND origin = 'import' ORDER BY created_at, id;
+
+-- name: card_set_import_keys
+-- Give cards imported before migration 011 the keys of the lines that adopted them (%(ids)s and
+-- %(keys)s side by side); nothing else of the card changes.
+UPDATE cards c SET import_key = a.key
+FROM unnest(%(ids)s::uuid[], %(keys)s::text[]) AS a(id, key)
+WHERE c.id = a.id AND c.import_key IS NULL;
+
 -- name: cards_export
 -- Every card of the families %(families)s in key order (byte order: the same in every
 -- workspace and database), as a cards-file line: its key, fields, dependencies in their order
