@@ -1,7 +1,8 @@
 """The cards file (the archive's import format): reading one, and the bundled BIRD cards file.
 
 A cards file is JSON Lines (optionally gzip-compressed), one :class:`shared.models.ImportCard` per
-line; ``POST …/import`` and ``memarc up --demo`` take it, ``memarc convert-bird`` writes one.
+line; ``POST …/import`` and ``memarc up --demo`` take it (idempotent by key), ``memarc convert-bird``
+and ``memarc export`` (``GET …/export``) write one.
 """
 
 from __future__ import annotations

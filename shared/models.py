@@ -49,6 +49,9 @@ FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_questio
 Origin = Literal["manual", "workflow", "import"]
 ORIGINS: tuple[str, ...] = ("manual", "workflow", "import")
 Mode = Literal["search", "rules", "solved"]
+#: What an import does with a line whose key is already a card's key in the workspace.
+OnConflict = Literal["skip", "update"]
+ON_CONFLICT: tuple[str, ...] = ("skip", "update")
 
 #: Families each recall mode may return (DESIGN §5).
 MODE_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -159,7 +162,9 @@ class CardWrite(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ImportCard(msgspec.Struct, forbid_unknown_fields=True):
-    """One line of a cards file: a card with a local ``key``; links name other lines' keys."""
+    """One line of a cards file: a card with its ``key`` (what makes an import idempotent: a
+    card imported under a key is that key's card in its workspace); links name other lines' keys,
+    keys of cards already in the workspace, or card ids."""
 
     key: Annotated[str, Meta(min_length=1, max_length=200)]
     family: Family
@@ -170,6 +175,8 @@ class ImportCard(msgspec.Struct, forbid_unknown_fields=True):
     dependencies: Annotated[list[Dependency], Meta(max_length=MAX_DEPENDENCIES)] = []
     links: Annotated[list[LinkIn], Meta(max_length=MAX_LINKS)] = []
     source: Source | None = None
+    #: the origin of the card it creates (an export keeps each card's); absent: ``import``
+    origin: Origin | None = None
 
 
 class Link(msgspec.Struct, frozen=True):

@@ -212,11 +212,25 @@ async def test_what_is_not_a_card_id_is_refused(make_env):
                                    "revision": 1, "title": "x", "decisions": APPROVED}]})
                 assert r.status_code == 422, (spelling, r.text)
             assert set(writes.changed()) <= {"activity"}
-            # an import line's key that looks like a card id would be read as one by the links
-            line = {"key": f"MEM-{str(uuid.uuid4()).upper()}", **ACTIVE}
-            r = await env.client.post(f"{MEM}/import", content=json.dumps(line).encode(),
+            # an import line's key that looks like a card id (an export keys a card without an
+            # import key by its id) is read in the one spelling links use: a line linking to
+            # another spelling of it links to that line, and the key is stored in that spelling
+            raw_key = str(uuid.uuid4())
+            lines = [{"key": f"MEM-{raw_key.upper()}", **ACTIVE},
+                     {"key": "second", **ACTIVE, "title": "Second",
+                      "links": [{"target": f" mem-{raw_key} ", "meaning": "uses"}]}]
+            body = "\n".join(json.dumps(line) for line in lines).encode()
+            r = await env.client.post(f"{MEM}/import", content=body,
                                       headers={**h, "Content-Type": "application/x-ndjson"})
-            assert r.status_code == 422 and "must not look like a card id" in r.text, r.text
-            assert writes.changed() == {"activity": 1}
+            assert r.status_code == 201 and r.json()["created"] == 2, r.text
+            assert env.scalar("SELECT count(*) FROM memory.cards WHERE import_key = %s",
+                              f"mem-{raw_key}") == 1
+            assert env.scalar("SELECT count(*) FROM memory.card_links l JOIN memory.cards c"
+                              " ON c.id = l.target_id WHERE c.import_key = %s",
+                              f"mem-{raw_key}") == 1
+            # and it is that card's key: importing it again in either spelling creates nothing
+            r = await env.client.post(f"{MEM}/import", content=body,
+                                      headers={**h, "Content-Type": "application/x-ndjson"})
+            assert r.status_code == 201 and r.json()["skipped"] == 2, r.text
         finally:
             writes.close()

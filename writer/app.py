@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
+import msgspec
 import psycopg
 from litestar import Controller, Litestar, Request, Response, asgi, delete, get, post, put
 from litestar.datastructures import State
@@ -21,6 +22,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+from litestar.response import Stream
 from litestar.types import Receive, Scope, Send
 
 from shared import models
@@ -176,6 +178,33 @@ def _decode_body(raw: bytes, encoding: str) -> bytes:
     return out
 
 
+NDJSON = "application/x-ndjson"
+#: Bytes of JSON Lines an export gathers before it sends a chunk.
+EXPORT_CHUNK = 64 * 1024
+
+
+async def _ndjson(first: ImportCard | None, rest: AsyncIterator[ImportCard]) -> AsyncIterator[bytes]:
+    """The lines of an export (``first``, then ``rest``) as JSON Lines, in chunks of about
+    :data:`EXPORT_CHUNK` bytes; closes ``rest`` (its transaction) however the response ends."""
+    encoder = msgspec.json.Encoder()
+    buffer = bytearray()
+    try:
+        if first is None:
+            return
+        encoder.encode_into(first, buffer, len(buffer))
+        buffer += b"\n"
+        async for line in rest:
+            encoder.encode_into(line, buffer, len(buffer))
+            buffer += b"\n"
+            if len(buffer) >= EXPORT_CHUNK:
+                yield bytes(buffer)
+                buffer.clear()
+        if buffer:
+            yield bytes(buffer)
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
 class MemoryController(Controller):
     """Cards of one workspace: administration (memory.manage) and recall (memory.read)."""
 
@@ -326,11 +355,19 @@ class MemoryController(Controller):
           summary="Import a cards file (JSON Lines)", status_code=201,
           request_max_body_size=MAX_IMPORT_BYTES, opt={"activity": "import"})
     async def import_cards(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], request: Request,
-                           workspace_id: FromPath[WorkspaceId]) -> ImportResult:
-        """Create cards from a JSON Lines body (one card per line, ``key`` + card fields; links
-        by key or card id), optionally ``Content-Encoding: gzip``. All or nothing. Errors: 400
-        unreadable, 422 invalid line (named), 413 too large (also decompressed: at most 4 × the
-        body limit), 415 another content encoding."""
+                           workspace_id: FromPath[WorkspaceId],
+                           on_conflict: FromQuery[Annotated[models.OnConflict, Parameter(
+                               description="a line whose key is already a card's: skip it, or "
+                                           "update the card where it differs")]] = "skip",
+                           ) -> ImportResult:
+        """Import a JSON Lines body (one card per line, ``key`` + card fields; links by key or
+        card id), optionally ``Content-Encoding: gzip``. All or nothing, idempotent by key: a
+        line whose key is already a card's key in the workspace is that card, skipped
+        (``on_conflict=skip``, the default) or updated in place where it differs (``update``:
+        same id, revision + 1); the others create cards that remember their keys. 201 with
+        ``{created, by_family, updated, unchanged, skipped, enqueued}``. Errors: 400 unreadable or
+        another ``on_conflict``, 422 invalid line (named), 413 too large (also decompressed: at
+        most 4 × the body limit), 415 another content encoding."""
         raw = _decode_body(await request.body(), request.headers.get("content-encoding", ""))
         cards = []
         for n, line in enumerate(raw.splitlines(), start=1):
@@ -339,7 +376,26 @@ class MemoryController(Controller):
                     cards.append(models.decode_json(line, ImportCard))
                 except ArchiveError as exc:
                     raise InvalidInput(f"line {n}: {exc.message}") from exc
-        return await archive.import_cards(principal, workspace_id, cards)
+        return await archive.import_cards(principal, workspace_id, cards, on_conflict)
+
+    @get("/export", responses=PROBLEM_RESPONSES, summary="Export the cards file (JSON Lines)",
+         media_type=NDJSON)
+    async def export_cards(
+        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+        workspace_id: FromPath[WorkspaceId],
+        family: FromQuery[list[models.Family] | None] = None,
+    ) -> Stream:
+        """The workspace's cards as the cards file ``POST .../import`` reads, streamed (JSON
+        Lines, ``application/x-ndjson``, chunked): one card per line under its key (its import
+        key, else its id), with title, content, scope, concepts, dependencies, links by their
+        targets' keys, origin and source; no ids, revisions, vectors or index state; in key order.
+        ``family`` (repeatable) narrows it; links to cards of other families are kept. A stream
+        cut short (PostgreSQL lost mid-way) ends without its last chunk, which HTTP clients
+        report as an incomplete body. Errors (before the first byte): 400 an unknown family,
+        401, 403, 404, 503 ``database_unavailable``."""
+        lines = await archive.export_cards(principal, workspace_id, family or ())
+        first = await anext(lines, None)  # PostgreSQL errors become a problem, not a cut stream
+        return Stream(_ndjson(first, lines), media_type=NDJSON)
 
     @get("/{card_id:str}", responses=PROBLEM_RESPONSES, summary="Show a card")
     async def show(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],

@@ -45,36 +45,36 @@ def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
 
 async def load_demo_cards(archive: Archive, principal: Principal, workspace: str,
                           cards_path: Path, out: TextIO) -> None:
-    """Import ``cards_path`` into ``workspace`` if it has no cards, then print the projection
-    progress to ``out`` once a second until every card is projected, ending with a JSON line
-    ``{"demo_ready": true, "cards", "by_family", "seconds_to_import_and_project"}``. A workspace
-    that already has cards is left alone (one ``demo_ready`` line with a ``note``).
+    """Import ``cards_path`` into ``workspace`` (idempotent by key: the cards imported by an
+    earlier start are skipped, one deleted since is imported again, other cards are left alone),
+    then, when it created cards, print the projection progress to ``out`` once a second until
+    every card is projected, ending with a JSON line ``{"demo_ready": true, "cards",
+    "by_family", "seconds_to_import_and_project"}``; when it created none, that line at once
+    with ``current`` (projected cards) and a ``note``.
 
     :raises InvalidInput: a line of the cards file is invalid (nothing is imported).
     """
-    status = await archive.status(principal, workspace)
-    if status["cards"] == 0:
-        started = time.monotonic()
-        cards = read_cards(cards_path)
-        result = await archive.import_cards(principal, workspace, cards)
-        print(json.dumps({"imported": result.created, "by_family": result.by_family}), file=out,
-              flush=True)
-        last = -1
-        while True:
-            status = await archive.status(principal, workspace)
-            if status["current"] != last:
-                last = status["current"]
-                print(f"projected {status['current']}/{status['cards']} cards "
-                      f"({time.monotonic() - started:.1f} s)", file=out, flush=True)
-            if status["current"] >= status["cards"]:
-                break
-            await asyncio.sleep(1.0)
-        print(json.dumps({"demo_ready": True, "workspace": workspace,
-                          "cards": status["cards"], "by_family": status["by_family"],
-                          "seconds_to_import_and_project": round(time.monotonic() - started, 1)}),
-              file=out, flush=True)
+    started = time.monotonic()
+    result = await archive.import_cards(principal, workspace, read_cards(cards_path))
+    print(json.dumps({"imported": result.created, "by_family": result.by_family,
+                      "already_imported": result.skipped}), file=out, flush=True)
+    last = -1
+    while True:
+        status = await archive.status(principal, workspace)
+        if result.created == 0:  # nothing new to wait for (as before import keys: no wait)
+            break
+        if status["current"] != last:
+            last = status["current"]
+            print(f"projected {status['current']}/{status['cards']} cards "
+                  f"({time.monotonic() - started:.1f} s)", file=out, flush=True)
+        if status["current"] >= status["cards"]:
+            break
+        await asyncio.sleep(1.0)
+    ready: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status["cards"],
+                             "by_family": status["by_family"]}
+    if result.created:
+        ready["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
     else:
-        print(json.dumps({"demo_ready": True, "workspace": workspace, "cards": status["cards"],
-                          "by_family": status["by_family"], "current": status["current"],
-                          "note": "workspace already had cards; nothing imported"}),
-              file=out, flush=True)
+        ready.update(current=status["current"],
+                     note="every bundled card was imported already; nothing imported")
+    print(json.dumps(ready), file=out, flush=True)

@@ -7,6 +7,7 @@ workspace already set); they neither commit nor check permissions (the use cases
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -181,28 +182,70 @@ async def insert(conn: AsyncConnection, workspace_id: str, body: CardWrite | Imp
 
 
 async def insert_imported(conn: AsyncConnection, workspace_id: str, lines: list[ImportCard],
-                          ids: dict[str, uuid.UUID]) -> None:
-    """Insert the validated cards of an import (origin ``import``) with their dependencies and
-    links, three statements in all. ``ids`` maps each line's key to its new card id; a link
-    target is a key of the file or the id of an existing card (checked by the caller).
-
-    :raises InvalidInput: a line links to itself.
+                          refs: dict[str, uuid.UUID]) -> None:
+    """Insert the validated new cards of an import with their dependencies and links, three
+    statements in all. Each card remembers its line's key as its import key (migration 011), takes
+    the line's ``origin`` (default ``import``) and ``source``; ``refs`` maps each line's key to
+    its new card id and every link target to its card (resolved and checked by the caller,
+    self-links refused there).
     """
     async with conn.cursor() as cur:
-        await cur.executemany(Q.card_insert_noreturn, [
-            _card_row(workspace_id, ids[c.key], c, "import", c.source) for c in lines])
+        await cur.executemany(Q.card_insert_imported, [
+            {**_card_row(workspace_id, refs[c.key], c, c.origin or "import", c.source),
+             "import_key": c.key} for c in lines])
         await cur.executemany(Q.dependency_insert, [
-            row for c in lines for row in _dependency_rows(workspace_id, ids[c.key], c.dependencies)])
-        link_rows = []
-        for c in lines:
-            for link in c.links:
-                target = ids.get(link.target) or models.parse_card_id(link.target)
-                if target == ids[c.key]:
-                    raise InvalidInput(f"key {c.key!r} links to itself")
-                link_rows.append({"workspace": workspace_id, "source_id": ids[c.key],
-                                  "target_id": target, "meaning": link.meaning.strip()})
+            row for c in lines for row in _dependency_rows(workspace_id, refs[c.key], c.dependencies)])
+        link_rows = [{"workspace": workspace_id, "source_id": refs[c.key],
+                      "target_id": refs[link.target], "meaning": link.meaning.strip()}
+                     for c in lines for link in c.links]
         if link_rows:
             await cur.executemany(Q.link_insert, link_rows)
+
+
+async def ids_by_key(conn: AsyncConnection, keys: list[str]) -> dict[str, uuid.UUID]:
+    """The cards of this workspace whose key (their import key, else ``mem-<id>``: migration
+    011's ``card_key``) is among ``keys``, by key."""
+    if not keys:
+        return {}
+    cur = await conn.execute(Q.cards_by_key, {"keys": keys})
+    return {row["key"]: row["id"] for row in await cur.fetchall()}
+
+
+async def unkeyed_imported(conn: AsyncConnection) -> list[Card]:
+    """The cards imported before migration 011 (origin ``import``, no import key) that no import
+    adopted yet, oldest first."""
+    cur = await conn.execute(Q.cards_unkeyed_imported)
+    ids = [row["id"] for row in await cur.fetchall()]
+    found = await get_many(conn, ids)
+    return [found[i] for i in ids]
+
+
+async def set_import_keys(conn: AsyncConnection, keys: dict[str, uuid.UUID]) -> None:
+    """Give cards without an import key the keys that adopted them (``{key: card id}``); their
+    content, revision and timestamps stay as they are."""
+    await conn.execute(Q.card_set_import_keys, {"ids": list(keys.values()), "keys": list(keys)})
+
+
+#: Rows a server-side cursor of an export fetches per round trip.
+EXPORT_PAGE = 500
+
+
+async def export_lines(conn: AsyncConnection, families: list[str]) -> AsyncIterator[ImportCard]:
+    """Every card of ``families`` as a cards-file line (key, fields, dependencies, links by their
+    targets' keys, origin, source), in key order (byte order), read through a server-side cursor
+    :data:`EXPORT_PAGE` rows at a time: one statement, so one snapshot of the workspace however
+    long the caller takes, and never more than a page in memory."""
+    async with conn.cursor(name="memarc_export") as cur:
+        cur.itersize = EXPORT_PAGE
+        await cur.execute(Q.cards_export, {"families": families})
+        async for row in cur:
+            yield ImportCard(
+                key=row["key"], family=row["family"], title=row["title"],
+                content=dict(row["content"]), scope=row["scope"], concepts=list(row["concepts"]),
+                dependencies=[Dependency(**d) for d in row["dependencies"]],
+                links=[models.LinkIn(**link) for link in row["links"]],
+                source=msgspec.convert(row["source"], models.Source) if row["source"] else None,
+                origin=row["origin"])
 
 
 async def update(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,

@@ -24,10 +24,51 @@ VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(s
         %(concepts)s, %(content)s)
 RETURNING revision;
 
--- name: card_insert_noreturn
-INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
+-- name: card_insert_imported
+-- A card of an import, which remembers its line's key (migration 011).
+INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content,
+                   import_key)
 VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
-        %(concepts)s, %(content)s);
+        %(concepts)s, %(content)s, %(import_key)s);
+
+-- name: cards_by_key
+-- The cards of the workspace whose key (card_key(): the import key, else the id) is one of
+-- %(keys)s (served by cards_key_idx).
+SELECT card_key(c.import_key, c.id) AS key, c.id
+FROM cards c
+WHERE card_key(c.import_key, c.id) COLLATE "C" = ANY(%(keys)s::text[]);
+
+-- name: cards_unkeyed_imported
+-- Cards imported before migration 011 that no import has adopted yet (served by
+-- cards_unkeyed_import_idx).
+SELECT id FROM cards WHERE import_key IS NULL AND origin = 'import' ORDER BY created_at, id;
+
+-- name: card_set_import_keys
+-- Give cards imported before migration 011 the keys of the lines that adopted them (%(ids)s and
+-- %(keys)s side by side); nothing else of the card changes.
+UPDATE cards c SET import_key = a.key
+FROM unnest(%(ids)s::uuid[], %(keys)s::text[]) AS a(id, key)
+WHERE c.id = a.id AND c.import_key IS NULL;
+
+-- name: cards_export
+-- Every card of the families %(families)s in key order (byte order: the same in every
+-- workspace and database), as a cards-file line: its key, fields, dependencies in their order
+-- and outgoing links by their targets' keys (in key order). Read through a server-side cursor.
+SELECT card_key(c.import_key, c.id) AS key, c.family, c.title, c.scope, c.origin, c.source,
+       c.concepts, c.content,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('database', d.database_name,
+                                                     'schema', d.schema_name,
+                                                     'table', d.table_name,
+                                                     'column', d.column_name) ORDER BY d.ordinal)
+                 FROM card_dependencies d WHERE d.card_id = c.id), '[]'::jsonb) AS dependencies,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('target', card_key(t.import_key, t.id),
+                                                     'meaning', l.meaning)
+                                  ORDER BY card_key(t.import_key, t.id) COLLATE "C")
+                 FROM card_links l JOIN cards t ON t.id = l.target_id
+                 WHERE l.source_id = c.id), '[]'::jsonb) AS links
+FROM cards c
+WHERE c.family = ANY(%(families)s::text[])
+ORDER BY card_key(c.import_key, c.id) COLLATE "C";
 
 -- name: card_update
 UPDATE cards

@@ -57,14 +57,25 @@ class ApiClient:
         except httpx.TransportError as exc:
             raise CliError({"error": f"cannot reach the writer at {self.url}: {exc}",
                             "code": "writer_unreachable"}, 4) from exc
+        if r.status_code >= 400:
+            self.raise_for_problem(r)
+        try:
+            return r.json()
+        except ValueError:
+            return {"detail": r.text}
+
+    @staticmethod
+    def raise_for_problem(r: Any) -> None:
+        """Raise the problem details of an error answer (read already).
+
+        :raises CliError: the decoded body with status 2 (a 4xx) or 3 (a 5xx).
+        """
         try:
             body = r.json()
         except ValueError:
             body = {"detail": r.text}
-        if r.status_code >= 400:
-            raise CliError(body if isinstance(body, dict) else {"detail": body},
-                           3 if r.status_code >= 500 else 2)
-        return body
+        raise CliError(body if isinstance(body, dict) else {"detail": body},
+                       3 if r.status_code >= 500 else 2)
 
 
 def _mem(ws: str) -> str:
@@ -418,14 +429,89 @@ def import_command(args: argparse.Namespace) -> Any:
     if not raw[:2] == b"\x1f\x8b":
         raw = gzip.compress(raw)
     return api.call("POST", f"{_mem(args.workspace)}/import", content=raw,
+                    params={"on_conflict": args.on_conflict},
                     headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
 
 
 def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
     im = add_command(subparsers, "import",
-                     "Import a cards file (JSON Lines, optionally .gz) through the writer API.",
-                     import_command, workspace=True)
+                     "Import a cards file (JSON Lines, optionally .gz) through the writer API; "
+                     "idempotent by key.", import_command, workspace=True)
     im.add_argument("file", help="cards file: JSON Lines, optionally gzip-compressed")
+    im.add_argument("--on-conflict", default="skip",
+                    help="a line whose key is already a card's: skip (default) or update")
+
+
+def export_command(args: argparse.Namespace) -> Any:
+    """Stream ``GET …/export`` into ``--output`` (gzip-compressed when its name ends in ``.gz``;
+    written to a temporary file beside it and renamed when complete, so a failed export leaves
+    no partial file) and return ``{exported, output}``; without ``--output``, onto stdout
+    (returns None: nothing else is printed).
+
+    :raises CliError: the API's problem (2/3), ``writer_unreachable`` (4), ``export_incomplete``
+        (3) when the stream was cut short, ``bad_input`` when the output cannot be written.
+    """
+    import httpx
+
+    api = ApiClient()
+    params = [("family", f) for f in args.family or []]
+    output = Path(args.output) if args.output else None
+    partial = output.with_name(f".{output.name}.partial") if output else None
+    lines = 0
+    try:
+        with httpx.Client(base_url=api.url, timeout=120, headers=api.headers) as http, \
+                http.stream("GET", f"{_mem(args.workspace)}/export", params=params) as r:
+            if r.status_code >= 400:
+                r.read()
+                api.raise_for_problem(r)
+            sink = _export_sink(partial)
+            try:
+                for chunk in r.iter_bytes():
+                    lines += chunk.count(b"\n")
+                    sink.write(chunk)
+            finally:
+                if sink is not sys.stdout.buffer:
+                    sink.close()
+                else:
+                    sink.flush()
+    except httpx.TransportError as exc:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        code, status = (("export_incomplete", 3) if isinstance(exc, httpx.RemoteProtocolError)
+                        else ("writer_unreachable", 4))
+        raise CliError({"error": f"export from {api.url} failed: {exc}", "code": code},
+                       status) from exc
+    except BaseException:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        raise
+    if output is None:
+        return None
+    partial.replace(output)  # type: ignore[union-attr]
+    return {"exported": lines, "output": str(output)}
+
+
+def _export_sink(partial: Path | None) -> Any:
+    """Where an export's bytes go: stdout, or the partial file (gzip when the output is .gz).
+
+    :raises CliError: ``bad_input``, the file cannot be created.
+    """
+    if partial is None:
+        return sys.stdout.buffer
+    try:
+        if partial.name.endswith(".gz.partial"):
+            return gzip.open(partial, "wb")
+        return partial.open("wb")
+    except OSError as exc:
+        raise CliError({"error": f"cannot write {partial}: {exc}", "code": "bad_input"}) from exc
+
+
+def configure_export_parser(subparsers: argparse._SubParsersAction) -> None:
+    ex = add_command(subparsers, "export",
+                     "Export a workspace's cards as a cards file that `memarc import` reads.",
+                     export_command, workspace=True)
+    ex.add_argument("--family", action="append", help="only this family (repeatable)")
+    ex.add_argument("--output", help="file to write (gzip when it ends in .gz); default stdout")
 
 
 def search_command(args: argparse.Namespace, mode: str) -> Any:
@@ -520,6 +606,7 @@ PARSERS = (
     API_CALLS["create"].configure, API_CALLS["update"].configure, configure_delete_parser,
     API_CALLS["pending"].configure, API_CALLS["status"].configure, configure_activity_parser,
     configure_audit_parser, configure_index_parser, configure_import_parser,
+    configure_export_parser,
     configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["summary"].configure,
     API_CALLS["review-apply"].configure, API_CALLS["solved-index"].configure,
     configure_session_parser, API_CALLS["schema-cleanup"].configure,
