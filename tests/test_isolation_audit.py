@@ -30,7 +30,9 @@ from writer.cli import COMMANDS, main
 
 ALL = ("memory.manage", "memory.propose", "memory.review", "memory.schema")
 #: Tables that hold no workspace data (migration bookkeeping, projection format history).
-GLOBAL_TABLES = {"schema_migrations", "projection_formats"}
+#: tables that belong to no workspace (``workspace_removals``: the record of a removed workspace,
+#: kept after it, readable by the migrator login only)
+GLOBAL_TABLES = {"schema_migrations", "projection_formats", "workspace_removals"}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz")}
 
 

@@ -207,6 +207,9 @@ class SummaryItem(msgspec.Struct):
     #: once the session is reviewed: what the review did with it (from the receipt)
     reviewed: Literal["created", "updated", "reused", "declined"] | None = None
     possible_duplicate: PossibleDuplicate | None = None
+    #: the card this proposal carried was deleted, and the proposal's content erased with it
+    #: (only key, kind, family, card id and decisions are left; ``card`` is None)
+    erased: bool = False
 
 
 class ReviewedItem(msgspec.Struct):
@@ -219,6 +222,8 @@ class ReviewedItem(msgspec.Struct):
     revision: int
     family: str
     title: str
+    #: the card was deleted since and its title erased with it (``title`` is empty)
+    erased: bool = False
 
 
 class ProjectionEntry(msgspec.Struct):
