@@ -130,6 +130,11 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
         ("POST", "/api/workspaces/{workspace_id}/schema-changes"): {
             "run_id": "intruder", "database": "shop", "schema": "public",
             "removed_tables": ["orders"]},
+        ("POST", "/api/workspaces/{workspace_id}/schema-changes/record"): {
+            "run_id": "intruder", "database": "shop", "schema": "public",
+            "removed_tables": ["orders"]},
+        ("POST", "/api/workspaces/{workspace_id}/schema-changes/cleanup"): {
+            "run_id": "intruder"},
     }
 
 
@@ -459,6 +464,8 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "SchemaChanges.apply": (SchemaChangeRequest(run_id="x", database="shop", schema="public"),),
         "SchemaChanges.record": (SchemaChangeRequest(run_id="x", database="shop",
                                                      schema="public"),),
+        "SchemaChanges.record_run": (SchemaChangeRequest(run_id="x", database="shop",
+                                                         schema="public"),),
         "SchemaChanges.cleanup": ("run-wa",),
     }
 

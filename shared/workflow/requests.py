@@ -212,7 +212,7 @@ class SummaryItem(msgspec.Struct):
     erased: bool = False
 
 
-class ReviewedItem(msgspec.Struct):
+class ReviewedItem(msgspec.Struct, omit_defaults=True):
     """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (no write)."""
 
     key: str
@@ -222,7 +222,8 @@ class ReviewedItem(msgspec.Struct):
     revision: int
     family: str
     title: str
-    #: the card was deleted since and its title erased with it (``title`` is empty)
+    #: the card was deleted since and its title erased with it (``title`` is empty); only
+    #: present when true
     erased: bool = False
 
 

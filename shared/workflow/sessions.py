@@ -362,9 +362,17 @@ class Workflow:
                 raise Conflict(f"session {session_id!r} was already reviewed (review "
                                f"{other.review_id!r})", review_id=other.review_id)
             stored = await _stored(conn, session_id)
-            if not stored:
+            erased = {row.key: row for row in await _erased(conn, session_id)}
+            if not stored and not erased:
                 raise NotFound(f"no proposals in session {session_id!r}")
             for i, sel in enumerate(req.selected):
+                if sel.key in erased:  # its card was deleted since: stale, like any such update
+                    gone = erased[sel.key].card_id or erased[sel.key].reuse_card_id
+                    raise StaleRevision(
+                        f"selected[{i}] (key {sel.key!r}): the card it carried was deleted, and "
+                        "the proposal's content erased with it", item=sel.key,
+                        card_id=card_id_str(gone) if gone else None, current_revision=None,
+                        field=f"selected[{i}].key")
                 if sel.key not in stored:
                     raise InvalidInput(f"selected[{i}]: no proposal {sel.key!r} in session "
                                        f"{session_id!r}", field=f"selected[{i}].key", item=sel.key)
