@@ -305,6 +305,16 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
                 "/api/workspaces/acme/schema-changes",
                 {"run_id": "x1", "database": "shop", "schema": "public",
                  "removed_tables": ["other"]}, None),
+            ("POST", "/api/workspaces/{workspace_id:str}/schema-changes/record"): (
+                "/api/workspaces/acme/schema-changes/record",
+                {"run_id": "x2", "database": "crm", "schema": "public",
+                 "removed_tables": ["gone"]},
+                "/api/workspaces/acme/schema-changes/record",
+                {"run_id": "x3", "database": "crm", "schema": "public",
+                 "removed_tables": ["other"]}, None),  # 409: x2 of crm.public is open
+            ("POST", "/api/workspaces/{workspace_id:str}/schema-changes/cleanup"): (
+                "/api/workspaces/acme/schema-changes/cleanup", {"run_id": "x2"},
+                "/api/workspaces/acme/schema-changes/cleanup", {"run_id": "none"}, None),
             ("DELETE", m + "/{card_id:str}"): (f"{BASE}/{card}", None, f"{BASE}/{card}", None,
                                                card),
         }
