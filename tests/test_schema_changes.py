@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from shared.auth import Principal
 from shared.workflow.schema_changes import SchemaChangeRequest
@@ -73,14 +74,21 @@ async def _run(env, hs, body, path=CHANGES):
         return await env.client.post(f"{path}?wait=20", headers=hs, json=body)
 
 
-async def _orders_removed(env):
-    """Workspace acme with the cards of :data:`CARDS` (projected), then :data:`ORDERS_RUN`
-    applied (with a worker, so its point deletions are done). Returns (manage headers, schema
-    headers, card ids by name, the run's response)."""
+async def _projected(env):
+    """Workspace acme with the cards of :data:`CARDS`, projected. Returns (manage headers,
+    schema headers, card ids by name)."""
     env.workspace("acme")
     hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
     ids = await _seed(env, hm)
     await env.drain()
+    return hm, hs, ids
+
+
+async def _orders_removed(env):
+    """:func:`_projected`, then :data:`ORDERS_RUN` applied (with a worker, so its point
+    deletions are done). Returns (manage headers, schema headers, card ids by name, the run's
+    response)."""
+    hm, hs, ids = await _projected(env)
     r = await _run(env, hs, ORDERS_RUN)
     assert r.status_code == 200, r.text
     return hm, hs, ids, r
@@ -107,10 +115,7 @@ async def test_removing_orders_deletes_only_dependent_cards_and_their_links(make
 
 async def test_the_deleted_cards_points_go_through_projection_operations(make_env):
     async with make_env() as env:
-        env.workspace("acme")
-        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
-        ids = await _seed(env, hm)
-        await env.drain()
+        hm, hs, ids = await _projected(env)
         # no worker: the cards are deleted, their points not yet, so the run stays open
         r = await env.client.post(CHANGES, headers=hs, json=ORDERS_RUN)
         assert r.status_code == 200, r.text
@@ -313,10 +318,7 @@ async def test_two_steps_record_before_the_catalog_commits_then_cleanup(make_env
     (``/record``), then asks for the cleanup (``/cleanup``); the run stays open until the point
     deletions of its cards are done."""
     async with make_env() as env:
-        env.workspace("acme")
-        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
-        ids = await _seed(env, hm)
-        await env.drain()
+        hm, hs, ids = await _projected(env)
         r = await env.client.post(RECORD, headers=hs, json=ORDERS_RUN)
         assert r.status_code == 201, r.text
         assert (r.json()["status"], r.json()["phase"], r.json()["deleted"]) == (
@@ -355,6 +357,7 @@ async def test_two_steps_record_before_the_catalog_commits_then_cleanup(make_env
         assert r.json()["deleted"] == sorted([ids["customers"], ids["customers.email"]])
 
 
+@pytest.mark.both_engines
 async def test_a_failed_point_deletion_keeps_the_run_open_until_a_retry_finishes_it(make_env):
     """A real fault: the workspace's collection is replaced by one of another layout (what an
     old deployment left), so the worker cannot delete the points (``index_incompatible``). The
@@ -363,10 +366,7 @@ async def test_a_failed_point_deletion_keeps_the_run_open_until_a_retry_finishes
     from helpers import make_incompatible_collection
 
     async with make_env() as env:
-        env.workspace("acme")
-        hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
-        ids = await _seed(env, hm)
-        await env.drain()
+        hm, hs, ids = await _projected(env)
         await make_incompatible_collection(env.resources.index, "acme")
         gone = sorted(ids[n] for n in ORDERS_GONE)
         async with env.running_worker():

@@ -69,6 +69,14 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
     return h
 
 
+async def two_workspaces(env, monkeypatch):
+    """Workspaces acme and other, seeded (:func:`seed`), and the environment of the bootstrap
+    commands; returns their headers."""
+    monkeypatch.setenv("MEMARC_DATABASE_URL", env.settings.database_url)
+    monkeypatch.setenv("MEMARC_MIGRATOR_DATABASE_URL", env.migrator_url)
+    return await seed(env, "acme"), await seed(env, "other")
+
+
 async def recall(env, ws: str, headers: dict[str, str]):
     return await env.client.post(f"/api/workspaces/{ws}/memory/search", headers=headers,
                                  json={"query": "when are invoices issued", "mode": "rules"})
@@ -77,9 +85,7 @@ async def recall(env, ws: str, headers: dict[str, str]):
 async def test_workspace_delete_removes_everything_of_one_workspace_only(
         make_env, monkeypatch, capsys):
     async with make_env() as env:
-        monkeypatch.setenv("MEMARC_DATABASE_URL", env.settings.database_url)
-        monkeypatch.setenv("MEMARC_MIGRATOR_DATABASE_URL", env.migrator_url)
-        ha, hb = await seed(env, "acme"), await seed(env, "other")
+        ha, hb = await two_workspaces(env, monkeypatch)
         acme_before, other_before = (owned_rows(env.migrator_url, "acme"),
                                      owned_rows(env.migrator_url, "other"))
         assert all(acme_before.values()), acme_before  # the seed reaches every table
@@ -136,9 +142,7 @@ async def test_workspace_delete_removes_everything_of_one_workspace_only(
 async def test_recalls_and_writes_racing_with_the_removal_fail_cleanly(
         make_env, monkeypatch, capsys):
     async with make_env() as env:
-        monkeypatch.setenv("MEMARC_DATABASE_URL", env.settings.database_url)
-        monkeypatch.setenv("MEMARC_MIGRATOR_DATABASE_URL", env.migrator_url)
-        ha, hb = await seed(env, "acme"), await seed(env, "other")
+        ha, hb = await two_workspaces(env, monkeypatch)
         other_before = owned_rows(env.migrator_url, "other")
         mem = "/api/workspaces/acme/memory"
         statuses: list[tuple[str, int, str]] = []
