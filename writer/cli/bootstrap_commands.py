@@ -4,6 +4,7 @@ login."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
@@ -87,6 +88,10 @@ def delete_workspace_command(args: argparse.Namespace) -> Any:
     s = _settings()
     result = delete_workspace(s.migrator_database_url, s.db_schema, args.workspace_id,
                               args.by or operator())
+    logging.getLogger("memarc.bootstrap").warning(
+        "workspace %s removed by %s (removal %s): %s rows; its index collection is dropped by "
+        "the worker", result["workspace"], result["removed_by"], result["removal_id"],
+        sum(result["deleted_rows"].values()))
     deadline = time.monotonic() + (args.wait or 0)
     while result["index_status"] == "pending" and time.monotonic() < deadline:
         time.sleep(0.5)
