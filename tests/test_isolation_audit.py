@@ -30,7 +30,9 @@ from writer.cli import COMMANDS, main
 
 ALL = ("memory.manage", "memory.propose", "memory.review", "memory.schema")
 #: Tables that hold no workspace data (migration bookkeeping, projection format history).
-GLOBAL_TABLES = {"schema_migrations", "projection_formats"}
+#: tables that belong to no workspace (``workspace_removals``: the record of a removed workspace,
+#: kept after it, readable by the migrator login only)
+GLOBAL_TABLES = {"schema_migrations", "projection_formats", "workspace_removals"}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 SESSION_PATH = "/api/workspaces/{workspace_id}/sessions/{session_id}"
 
@@ -135,6 +137,11 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
         ("POST", "/api/workspaces/{workspace_id}/schema-changes"): {
             "run_id": "intruder", "database": "shop", "schema": "public",
             "removed_tables": ["orders"]},
+        ("POST", "/api/workspaces/{workspace_id}/schema-changes/record"): {
+            "run_id": "intruder", "database": "shop", "schema": "public",
+            "removed_tables": ["orders"]},
+        ("POST", "/api/workspaces/{workspace_id}/schema-changes/cleanup"): {
+            "run_id": "intruder"},
     }
 
 
@@ -473,6 +480,8 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "SchemaChanges.apply": (SchemaChangeRequest(run_id="x", database="shop", schema="public"),),
         "SchemaChanges.record": (SchemaChangeRequest(run_id="x", database="shop",
                                                      schema="public"),),
+        "SchemaChanges.record_run": (SchemaChangeRequest(run_id="x", database="shop",
+                                                         schema="public"),),
         "SchemaChanges.cleanup": ("run-wa",),
     }
 

@@ -258,6 +258,12 @@ def test_failed_auth_log_counts_per_minute_and_quotes_paths():
 
 # ---- every mutating route writes an activity record ----
 
+def _run(run_id: str, database: str, table: str) -> dict[str, Any]:
+    """A schema-change run of ``database``.public removing ``table``."""
+    return {"run_id": run_id, "database": database, "schema": "public",
+            "removed_tables": [table]}
+
+
 def _mutating_routes(app) -> dict[tuple[str, str], str]:
     out = {}
     for route in app.routes:
@@ -277,6 +283,8 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
         card = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
         m = "/api/workspaces/{workspace_id:str}/memory"
         s = "/api/workspaces/{workspace_id:str}/sessions/{session_id:str}"
+        sc = "/api/workspaces/{workspace_id:str}/schema-changes"
+        SC = "/api/workspaces/acme/schema-changes"  # noqa: N806
         review = {"review_id": "r1", "selected": [{"key": "k1"}]}
         reader = env.token("acme", "memory.read")
         # (ok path, body; rejected path, body; card id it names[; headers of the rejected one])
@@ -298,13 +306,12 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
             ("POST", s + "/solved-index"): (f"{SESSION}/solved-index", None,
                                             "/api/workspaces/acme/sessions/none/solved-index",
                                             None, None),
-            ("POST", "/api/workspaces/{workspace_id:str}/schema-changes"): (
-                "/api/workspaces/acme/schema-changes",
-                {"run_id": "x1", "database": "shop", "schema": "public",
-                 "removed_tables": ["gone"]},
-                "/api/workspaces/acme/schema-changes",
-                {"run_id": "x1", "database": "shop", "schema": "public",
-                 "removed_tables": ["other"]}, None),
+            ("POST", sc): (f"{SC}", _run("x1", "shop", "gone"), f"{SC}",
+                           _run("x1", "shop", "other"), None),  # 409: other objects
+            ("POST", sc + "/record"): (f"{SC}/record", _run("x2", "crm", "gone"), f"{SC}/record",
+                                       _run("x3", "crm", "other"), None),  # 409: x2 is open
+            ("POST", sc + "/cleanup"): (f"{SC}/cleanup", {"run_id": "x2"}, f"{SC}/cleanup",
+                                        {"run_id": "none"}, None),
             ("DELETE", m + "/{card_id:str}"): (f"{BASE}/{card}", None, f"{BASE}/{card}", None,
                                                card),
         }

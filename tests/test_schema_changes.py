@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from shared.auth import Principal
 from shared.workflow.schema_changes import SchemaChangeRequest
@@ -66,14 +67,29 @@ ORDERS_RUN = {"run_id": "sync-1", "database": "shop", "schema": "public",
 ORDERS_GONE = {"orders", "orders.id", "mixed"}
 
 
-async def _orders_removed(env):
-    """Workspace acme with the cards of :data:`CARDS` (projected), then :data:`ORDERS_RUN`
-    applied. Returns (manage headers, schema headers, card ids by name, the run's response)."""
+async def _run(env, hs, body, path=CHANGES):
+    """POST a schema-change run with a worker running, waiting for its point deletions (a run
+    is done only once they are)."""
+    async with env.running_worker():
+        return await env.client.post(f"{path}?wait=20", headers=hs, json=body)
+
+
+async def _projected(env):
+    """Workspace acme with the cards of :data:`CARDS`, projected. Returns (manage headers,
+    schema headers, card ids by name)."""
     env.workspace("acme")
     hm, hs = env.token("acme", "memory.manage"), env.token("acme", "memory.schema")
     ids = await _seed(env, hm)
     await env.drain()
-    r = await env.client.post(CHANGES, headers=hs, json=ORDERS_RUN)
+    return hm, hs, ids
+
+
+async def _orders_removed(env):
+    """:func:`_projected`, then :data:`ORDERS_RUN` applied (with a worker, so its point
+    deletions are done). Returns (manage headers, schema headers, card ids by name, the run's
+    response)."""
+    hm, hs, ids = await _projected(env)
+    r = await _run(env, hs, ORDERS_RUN)
     assert r.status_code == 200, r.text
     return hm, hs, ids, r
 
@@ -99,13 +115,26 @@ async def test_removing_orders_deletes_only_dependent_cards_and_their_links(make
 
 async def test_the_deleted_cards_points_go_through_projection_operations(make_env):
     async with make_env() as env:
-        hm, _, ids, r = await _orders_removed(env)
+        hm, hs, ids = await _projected(env)
+        # no worker: the cards are deleted, their points not yet, so the run stays open
+        r = await env.client.post(CHANGES, headers=hs, json=ORDERS_RUN)
+        assert r.status_code == 200, r.text
+        result = r.json()
+        assert (result["status"], result["phase"]) == ("cleanup_pending", "index_pending")
+        assert result["deleted"] == sorted(ids[n] for n in ORDERS_GONE)
+        assert result["index_pending"] == result["deleted"] and result["completed_at"] is None
         pending = (await env.client.get(f"{MEM}/pending", headers=hm)).json()
         assert sorted(o["card_id"] for o in pending["operations"] if o["op"] == "delete") == \
-            r.json()["deleted"]
+            result["deleted"]
         await env.drain()
         points = await env.resources.index.scroll_ids("acme")
         assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in ORDERS_GONE}
+        # the same run id again finds the point deletions done and completes the run
+        r = await env.client.post(CHANGES, headers=hs, json=ORDERS_RUN)
+        assert r.status_code == 200 and "idempotent-replayed" not in r.headers
+        assert (r.json()["status"], r.json()["phase"], r.json()["index_pending"]) == (
+            "done", "done", [])
+        assert r.json()["deleted"] == result["deleted"]
 
 
 async def test_the_same_run_id_again_replays_its_receipt_and_deletes_nothing_twice(make_env):
@@ -132,7 +161,7 @@ async def test_a_removed_column_takes_only_that_columns_cards(make_env):
     async with make_env() as env:
         _, hs, ids, _ = await _orders_removed(env)
         # the table's cards survive
-        r = await env.client.post(CHANGES, headers=hs, json={
+        r = await _run(env, hs, {
             "run_id": "sync-2", "database": "shop", "schema": "public",
             "removed_columns": [{"table": "customers", "column": "email"}]})
         assert r.status_code == 200 and r.json()["deleted"] == [ids["customers.email"]]
@@ -157,8 +186,8 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
         principal = Principal(workspace="acme", permissions=frozenset({"memory.schema"}),
                               actor="test:crashed")
         service = env.resources.archive().schema_changes
-        row = await service.record(principal, "acme", SchemaChangeRequest(**run))
-        assert row["status"] == "cleanup_pending"
+        row, created = await service.record(principal, "acme", SchemaChangeRequest(**run))
+        assert row["status"] == "cleanup_pending" and created
         assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)
         # a new run for the same database/schema is refused while this one is incomplete
         r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-10"))
@@ -169,7 +198,7 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
                                                                  schema="archive"))
         assert r.status_code == 200 and r.json()["deleted"] == [ids["other-schema"]]
         # repeating the run id completes the recorded run (from what was recorded)
-        r = await env.client.post(CHANGES, headers=hs, json=run)
+        r = await _run(env, hs, run)
         assert r.status_code == 200 and "idempotent-replayed" not in r.headers
         assert r.json()["status"] == "done"
         assert r.json()["deleted"] == sorted(ids[n] for n in ("orders", "orders.id", "mixed"))
@@ -243,7 +272,7 @@ async def test_a_process_killed_between_the_phases_leaves_a_run_that_completes(m
         assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)
         r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="sync-k2"))
         assert r.status_code == 409
-        r = await env.client.post(CHANGES, headers=hs, json=run)
+        r = await _run(env, hs, run)
         assert r.status_code == 200 and r.json()["status"] == "done"
         assert r.json()["deleted"] == sorted(ids[n] for n in ("orders", "orders.id", "mixed"))
         assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS) - 3
@@ -279,3 +308,106 @@ async def test_permissions_bindings_and_bad_input(make_env):
             conn.execute("SET ROLE memarc_runtime")
             conn.execute("SELECT set_config('memarc.workspace', 'other', false)")
             assert conn.execute("SELECT count(*) FROM memory.schema_change_runs").fetchone()[0] == 0
+
+
+RECORD, CLEANUP = f"{CHANGES}/record", f"{CHANGES}/cleanup"
+
+
+async def test_two_steps_record_before_the_catalog_commits_then_cleanup(make_env):
+    """A catalog records the pending cleanup before it commits its own physical change
+    (``/record``), then asks for the cleanup (``/cleanup``); the run stays open until the point
+    deletions of its cards are done."""
+    async with make_env() as env:
+        hm, hs, ids = await _projected(env)
+        r = await env.client.post(RECORD, headers=hs, json=ORDERS_RUN)
+        assert r.status_code == 201, r.text
+        assert (r.json()["status"], r.json()["phase"], r.json()["deleted"]) == (
+            "cleanup_pending", "recorded", [])
+        assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)  # nothing deleted
+        again = await env.client.post(RECORD, headers=hs, json=ORDERS_RUN)
+        assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+        assert again.json() == r.json()
+        # the recorded run blocks the next sync of the same database/schema
+        nxt = dict(ORDERS_RUN, run_id="sync-2", removed_tables=["customers"])
+        r = await env.client.post(RECORD, headers=hs, json=nxt)
+        assert r.status_code == 409 and r.json()["run_id"] == "sync-1"
+        assert (await env.client.post(CLEANUP, headers=hs, json={"run_id": "nope"})
+                ).status_code == 404
+        # step 2 without a worker: cards deleted, points not yet
+        r = await env.client.post(CLEANUP, headers=hs, json={"run_id": "sync-1"})
+        assert r.status_code == 200, r.text
+        gone = sorted(ids[n] for n in ORDERS_GONE)
+        assert (r.json()["status"], r.json()["phase"]) == ("cleanup_pending", "index_pending")
+        assert r.json()["deleted"] == gone and r.json()["index_pending"] == gone
+        for name in ORDERS_GONE:
+            assert (await env.client.get(f"{MEM}/{ids[name]}", headers=hm)).status_code == 404
+        r = await env.client.post(RECORD, headers=hs, json=nxt)
+        assert r.status_code == 409 and r.json()["index_pending"] == gone
+        # with the worker, the same step again completes it
+        r = await _run(env, hs, {"run_id": "sync-1"}, CLEANUP)
+        assert r.status_code == 200
+        assert (r.json()["status"], r.json()["index_pending"]) == ("done", [])
+        points = await env.resources.index.scroll_ids("acme")
+        assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in ORDERS_GONE}
+        # the next sync goes ahead
+        r = await env.client.post(RECORD, headers=hs, json=nxt)
+        assert r.status_code == 201 and r.json()["phase"] == "recorded"
+        r = await _run(env, hs, {"run_id": "sync-2"}, CLEANUP)
+        assert r.json()["status"] == "done"
+        assert r.json()["deleted"] == sorted([ids["customers"], ids["customers.email"]])
+
+
+@pytest.mark.both_engines
+async def test_a_failed_point_deletion_keeps_the_run_open_until_a_retry_finishes_it(make_env):
+    """A real fault: the workspace's collection is replaced by one of another layout (what an
+    old deployment left), so the worker cannot delete the points (``index_incompatible``). The
+    run stays ``cleanup_pending`` and blocks the next sync; once ``index`` rebuilt the
+    collection, a retry of the same run finishes it."""
+    from helpers import make_incompatible_collection
+
+    async with make_env() as env:
+        hm, hs, ids = await _projected(env)
+        await make_incompatible_collection(env.resources.index, "acme")
+        gone = sorted(ids[n] for n in ORDERS_GONE)
+        async with env.running_worker():
+            r = await env.client.post(f"{CHANGES}?wait=3", headers=hs, json=ORDERS_RUN)
+            assert r.status_code == 200, r.text
+            assert (r.json()["status"], r.json()["phase"]) == ("cleanup_pending",
+                                                               "index_pending")
+            assert r.json()["deleted"] == gone and r.json()["index_pending"] == gone
+            pending = (await env.client.get(f"{MEM}/pending", headers=hm)).json()["operations"]
+            deletes = [o for o in pending if o["op"] == "delete"]
+            assert sorted(o["card_id"] for o in deletes) == gone
+            assert all(o["last_error"] for o in deletes), deletes
+            said = (await env.client.get(f"{MEM}/activity", headers=hm, params={
+                "verb": "project", "outcome": "index_incompatible"})).json()["activity"]
+            assert sorted({a["card_id"] for a in said}) == gone  # the worker said why
+            # the next sync is refused while the run is open
+            r = await env.client.post(CHANGES, headers=hs, json=dict(
+                ORDERS_RUN, run_id="sync-2", removed_tables=["customers"]))
+            assert r.status_code == 409 and r.json()["run_id"] == "sync-1"
+            assert r.json()["index_pending"] == gone
+            # a retry while the fault lasts leaves it open
+            r = await env.client.post(f"{CLEANUP}?wait=1", headers=hs, json={"run_id": "sync-1"})
+            assert r.json()["status"] == "cleanup_pending" and r.json()["index_pending"] == gone
+            # the recovery for an incompatible collection, then a retry of the same run
+            r = await env.client.post(f"{MEM}/index", headers=hm)
+            assert r.status_code == 202, r.text
+            for _ in range(300):
+                rebuild = (await env.client.get(f"{MEM}/index", headers=hm)).json()
+                if rebuild["status"] in ("done", "failed"):
+                    break
+                await asyncio.sleep(0.1)
+            assert rebuild["status"] == "done", rebuild
+            r = await env.client.post(f"{CLEANUP}?wait=20", headers=hs,
+                                      json={"run_id": "sync-1"})
+        assert r.status_code == 200
+        assert (r.json()["status"], r.json()["phase"], r.json()["index_pending"]) == (
+            "done", "done", [])
+        assert r.json()["deleted"] == gone  # nothing matched again
+        points = await env.resources.index.scroll_ids("acme")
+        assert {f"mem-{p}" for p in points} == {ids[n] for n in CARDS if n not in ORDERS_GONE}
+        r = await env.client.post(CHANGES, headers=hs, json=dict(
+            ORDERS_RUN, run_id="sync-2", removed_tables=["customers"]))
+        assert r.status_code == 200 and r.json()["deleted"] == sorted(
+            [ids["customers"], ids["customers.email"]])

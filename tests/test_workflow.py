@@ -159,7 +159,8 @@ async def test_the_summary_shows_each_proposed_card_and_the_changes_of_an_update
         assert (await env.client.get(f"{SESSION}/s-1/summary", headers=s.hr)).json() == summary
         items = {i["key"]: i for i in summary["proposals"]}
         assert summary["counts"] == {"total": 4, "create": 2, "reuse": 1, "update": 1,
-                                     "stale": 0, "possible_duplicates": 0, "with_problems": 0}
+                                     "stale": 0, "possible_duplicates": 0, "with_problems": 0,
+                                     "erased": 0}
         assert items["active"]["card"]["title"] == "Active customer"
         assert items["active"]["rationale"] == "The analyst defined it in the session."
         assert items["q1"]["card"]["links"] == [{"target": "active", "meaning": "uses the definition"}]
@@ -305,7 +306,10 @@ async def test_a_replayed_review_or_solved_index_never_recreates_a_card_deleted_
         q1 = next(i["card_id"] for i in receipt["items"] if i["key"] == "q1")
         assert (await env.client.delete(f"{MEM}/{q1}", headers=hm)).status_code == 200
         r = await _review(env, hr, "s-2", REVIEW_S2)
-        assert r.json() == receipt and r.headers["idempotent-replayed"] == "true"
+        # the same receipt, without the deleted card's title (erasure, issue 16)
+        erased = {**receipt, "items": [{**i, "title": "", "erased": True} if i["card_id"] == q1
+                                       else i for i in receipt["items"]]}
+        assert r.json() == erased and r.headers["idempotent-replayed"] == "true"
         assert (await env.client.get(f"{MEM}/{q1}", headers=hm)).status_code == 404
         assert env.scalar("SELECT count(*) FROM memory.cards") == 1
         # solved-index never re-creates it either: it reports it deleted
@@ -830,6 +834,19 @@ async def test_cli_workflow_commands_against_a_live_writer(make_env, tmp_path, m
         change = tmp_path / "change.json"
         change.write_text(json.dumps({"run_id": "cli-run", "database": "shop",
                                       "schema": "public", "removed_tables": ["customers"]}))
-        code, out, _ = await cli("schema-cleanup", "--workspace", "acme", "--data", str(change))
+        # two steps: record before the catalog commits its change, then run it
+        code, out, _ = await cli("schema-cleanup", "--workspace", "acme", "--data", str(change),
+                                 "--record-only")
+        assert code == 0 and (out["phase"], out["deleted"]) == ("recorded", [])
+        code, out, _ = await cli("schema-cleanup", "--workspace", "acme", "--run", "cli-run")
         q1 = next(i["card_id"] for i in first["items"] if i["key"] == "q1")
+        assert code == 0 and out["phase"] == "index_pending" and out["deleted"] == [q1]
+        async with env.running_worker():  # done once the point is deleted too
+            code, out, _ = await cli("schema-cleanup", "--workspace", "acme", "--run", "cli-run",
+                                     "--wait", "20")
         assert code == 0 and out["status"] == "done" and out["deleted"] == [q1]
+        code, again, _ = await cli("schema-cleanup", "--workspace", "acme", "--data", str(change))
+        assert code == 0 and again == out
+        code, _, err = await cli("schema-cleanup", "--workspace", "acme", "--run", "x",
+                                 "--data", str(change))
+        assert code == 2 and json.loads(err)["code"] == "bad_input"

@@ -17,12 +17,13 @@ from typing import Annotated
 from litestar import Controller, Response, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, JSONBody, Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
 from shared.auth import Principal
 from shared.workflow.requests import (DecideRequest, ProposeRequest, ProposeResult, ReviewReceipt,
                                       ReviewRequest, SessionDecisions, SolvedIndexResult, Summary)
-from shared.workflow.schema_changes import SchemaChangeRequest, SchemaChangeResult, SchemaChanges
+from shared.workflow.schema_changes import (CleanupRequest, SchemaChangeRequest,
+                                           SchemaChangeResult, SchemaChanges)
 from shared.workflow.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.problems import PROBLEM_RESPONSES
@@ -32,6 +33,8 @@ REPLAYED = "Idempotent-Replayed"
 WorkspaceId = Annotated[str, Parameter(description="Workspace id", max_length=63)]
 SessionId = Annotated[str, Parameter(description="Session id of the caller's workflow",
                                      max_length=200)]
+Wait = Annotated[float | None, Parameter(
+    description="Seconds (0..30) to wait for the run's point deletions", ge=0, le=30)]
 
 
 async def provide_workflow(state: State) -> Workflow:
@@ -166,18 +169,51 @@ class SchemaChangeController(Controller):
     opt = {"permission": "memory.schema"}
 
     @post("", responses=PROBLEM_RESPONSES,
-          summary="Clean up after removed tables and columns", status_code=200,
-          opt={"activity": "schema_change"})
+          summary="Clean up after removed tables and columns (record, then run)",
+          status_code=200, opt={"activity": "schema_change"})
     async def apply(self, schema_changes: NamedDependency[SchemaChanges],
                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
-                    data: JSONBody[SchemaChangeRequest]) -> Response[SchemaChangeResult]:
-        """Body ``{run_id, database, schema, removed_tables: [...], removed_columns: [{table,
-        column}]}``. Records the run (pending cleanup), then deletes the cards with a dependency
-        on a removed object (a removed table covers its columns), with their links and points.
-        Answers ``{run_id, status, deleted: [card ids], errors: [{card_id, error}], ...}``; the
-        same run id again completes an incomplete run or answers the completed one unchanged
-        (``Idempotent-Replayed: true``). Errors: 409 an earlier run of this database/schema is
-        incomplete, or the run id was recorded with other objects; 403 permission or token
-        binding; 422; 404."""
-        outcome = await schema_changes.apply(principal, workspace_id, data)
+                    data: JSONBody[SchemaChangeRequest],
+                    wait: FromQuery[Wait] = None) -> Response[SchemaChangeResult]:
+        """The one-call form of ``/record`` then ``/cleanup``. Body ``{run_id, database, schema,
+        removed_tables: [...], removed_columns: [{table, column}]}``. Records the run (pending
+        cleanup), then deletes the cards with a dependency on a removed object (a removed table
+        covers its columns), with their links and points, and erases their content from the
+        session archive. Answers ``{run_id, status, phase, deleted: [card ids], errors:
+        [{card_id, error}], index_pending: [card ids], ...}``: ``status`` stays
+        ``cleanup_pending`` (``phase: index_pending``) until the point deletions are done too
+        (``wait``: seconds, at most 30, to wait for them). The same run id again completes an
+        incomplete run (re-queuing failed point deletions) or answers the completed one
+        unchanged (``Idempotent-Replayed: true``). Errors: 409 an earlier run of this
+        database/schema is incomplete (``run_id``, ``index_pending``), or the run id was
+        recorded with other objects; 403 permission or token binding; 422; 404."""
+        outcome = await schema_changes.apply(principal, workspace_id, data, wait or 0.0)
         return _replayed(outcome.result, outcome.replayed)
+
+    @post("/record", responses=PROBLEM_RESPONSES,
+          summary="Record a schema-change run before the catalog commits its change",
+          status_code=201, opt={"activity": "schema_change"})
+    async def record(self, schema_changes: NamedDependency[SchemaChanges],
+                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                     data: JSONBody[SchemaChangeRequest]) -> Response[SchemaChangeResult]:
+        """Step 1: record the run (``status: cleanup_pending``, ``phase: recorded``) and delete
+        nothing, so a catalog records the pending cleanup before it commits its own physical
+        change, then asks for ``/cleanup``. 201; the same run id again answers the run as it is
+        (200, ``Idempotent-Replayed: true``). Body and errors as ``POST .../schema-changes``."""
+        outcome = await schema_changes.record_run(principal, workspace_id, data)
+        return Response(content=outcome.result, status_code=200 if outcome.replayed else 201,
+                        headers={REPLAYED: "true"} if outcome.replayed else None)
+
+    @post("/cleanup", responses=PROBLEM_RESPONSES,
+          summary="Run the cleanup of a recorded schema-change run", status_code=200,
+          opt={"activity": "schema_change"})
+    async def cleanup(self, schema_changes: NamedDependency[SchemaChanges],
+                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
+                      data: JSONBody[CleanupRequest],
+                      wait: FromQuery[Wait] = None) -> SchemaChangeResult:
+        """Step 2: body ``{run_id}`` of a recorded run. Deletes its cards (from what was
+        recorded: no new diff) and answers the run as ``POST .../schema-changes`` does; repeated,
+        it re-queues the run's failed or pending point deletions and completes the run once they
+        are done (``wait``: seconds, at most 30). A completed run is answered as it is. Errors:
+        404 no such run; 403; 422."""
+        return await schema_changes.cleanup(principal, workspace_id, data.run_id, wait or 0.0)

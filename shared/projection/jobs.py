@@ -3,7 +3,10 @@
 Jobs carry ids only and re-read state; any failure is recorded on the operation (never relies on
 an ordinary exception to retry: arq would fail the job for good). A cron sweep re-enqueues
 operations that are pending, or running with an expired lease, so a lost job (Redis restart,
-killed worker) is picked up again.
+killed worker) is picked up again. The sweep also drops the index collection of each workspace
+removed by ``memarc workspace delete`` (:func:`drop_removed_collections`): that command runs in
+another process, with the migrator login, and cannot open an embedded index that ``memarc up``
+holds.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from shared.projection.project import BATCH_SIZE, project_operations
 from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, OutageLog, job_id,
                                      rebuild_job_id, redis_settings)
 from shared.projection.rebuild import rebuild_index
-from shared.errors import DatabaseUnavailable
+from shared.errors import ArchiveError, DatabaseUnavailable
 from shared.resources import Resources
-from shared.store import outbox, rebuilds
+from shared.store import outbox, rebuilds, workspaces
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +90,51 @@ async def sweep(ctx: dict[str, Any]) -> int:
         return 0
 
 
+async def drop_removed_collections(res: Resources) -> int:
+    """Drop the index collection of every removed workspace whose removal still says
+    ``index_status: pending``, and record each outcome on the removal (done, or still pending
+    with the error: the next sweep tries again). Returns how many were dropped.
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+    """
+    if res.index is None:
+        return 0
+    async with res.db.transaction(None) as conn:
+        removals = await workspaces.removals_pending(conn)
+    dropped = 0
+    for removal in removals:
+        error = None
+        try:
+            await res.index.drop(removal["workspace"])
+        except ArchiveError as exc:
+            error = f"{exc.code}: {exc.message}"
+        except Exception as exc:  # an engine bug must not stop the sweep: record it
+            log.exception("dropping the collection of removed workspace %s failed",
+                          removal["workspace"])
+            error = f"{type(exc).__name__}: {exc}"
+        async with res.db.transaction(None) as conn:
+            await workspaces.removal_index_result(conn, removal["id"], error)
+        if error is None:
+            dropped += 1
+            log.info("dropped the index collection of removed workspace %s",
+                     removal["workspace"])
+    return dropped
+
+
 async def _sweep(ctx: dict[str, Any]) -> int:
     res: Resources = ctx["resources"]
     redis = ctx["redis"]
     offered = 0
     async with res.db.transaction(None) as conn:
-        workspaces = await outbox.workspaces_with_open_operations(conn)
+        workspaces_open = await outbox.workspaces_with_open_operations(conn)
         open_rebuilds = await rebuilds.open_rebuilds(conn)
     _database_up(ctx)
+    await drop_removed_collections(res)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
                                 _job_id=rebuild_job_id(row["rebuild_id"], row["expired_lease"]))
         offered += 1
-    for ws in workspaces:
+    for ws in workspaces_open:
         async with res.db.transaction(ws) as conn:
             claimable = await outbox.open_for_sweep(conn, ws, SWEEP_BATCH)
         # one job per batch: each job leases up to BATCH_SIZE open operations of the workspace;

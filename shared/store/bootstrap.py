@@ -1,4 +1,5 @@
-"""Bootstrap with the migrator login (DESIGN §8): create workspaces, create and revoke API tokens.
+"""Bootstrap with the migrator login (DESIGN §8): create and delete workspaces, create and revoke
+API tokens.
 
 These talk to PostgreSQL directly with the migrator credentials. Everything else goes through the
 writer API.
@@ -16,7 +17,9 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from shared.auth import PERMISSIONS, gate_warning, new_token, token_digest
-from shared.errors import InvalidInput, NotFound
+from psycopg.types.json import Jsonb
+
+from shared.errors import Conflict, InvalidInput, LockTimeout, NotFound
 from shared.store.database import MIGRATOR_ROLE, Q
 
 WORKSPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -36,6 +39,8 @@ def create_workspace(migrator_url: str, schema: str, workspace: str, language: s
 
     :returns: ``{id, language, created_at, created}``.
     :raises InvalidInput: bad id or language, or the workspace exists with another language.
+    :raises Conflict: a removed workspace of that id still waits for a worker to drop its index
+        collection (the new workspace's collection would be dropped with it).
     """
     if not WORKSPACE_RE.match(workspace):
         raise InvalidInput("a workspace id is 1-63 characters of a-z, 0-9, '_' and '-', "
@@ -44,6 +49,12 @@ def create_workspace(migrator_url: str, schema: str, workspace: str, language: s
         raise InvalidInput("language must be 'en' or 'it'", field="language")
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
+        removal = conn.execute(Q.bootstrap_removal_pending, {"workspace": workspace}).fetchone()
+        if removal is not None:
+            raise Conflict(f"workspace {workspace!r} was removed at {removal['removed_at']} and "
+                           "a worker has not dropped its index collection yet: run the worker "
+                           "(`memarc up` or `memarc worker`), then create it again",
+                           removal_id=removal["id"])
         row = conn.execute(Q.bootstrap_workspace_insert,
                            {"workspace": workspace, "language": language}).fetchone()
         if row is not None:
@@ -111,3 +122,66 @@ def revoke_labelled_tokens(migrator_url: str, schema: str, workspace: str, label
         _as_migrator(conn)
         return len(conn.execute(Q.bootstrap_token_revoke_labelled,
                                 {"workspace": workspace, "label": label}).fetchall())
+
+
+def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by: str, *,
+                     lock_timeout: float = 30.0) -> dict[str, Any]:
+    """Remove a workspace: its rows in every table that has a ``workspace_id`` column (cards,
+    dependencies, links, projection operations and records, activity, tokens, proposals,
+    receipts, schema-change runs, rebuilds, and any table added later), then its row, in one
+    transaction under the workspace's write lock (a write of the workspace in progress finishes
+    first; one that comes after finds no workspace, and its token is gone). The removal is
+    recorded in ``workspace_removals`` (kept: it belongs to no workspace) with ``removed_by``,
+    the database login and the rows deleted per table. Its index collection is dropped by a
+    worker, the process that holds the index (``index_status`` ``pending`` until then; see
+    :func:`removal`).
+
+    :returns: ``{removal_id, workspace, removed_by, removed_at, deleted_rows: {table: n},
+        index_status}``.
+    :raises NotFound: no such workspace. :raises LockTimeout: the workspace's lock was not
+        granted within ``lock_timeout`` seconds.
+    """
+    with _connect(migrator_url, schema) as conn, conn.transaction():
+        _as_migrator(conn)
+        try:
+            conn.execute(Q.bootstrap_workspace_lock, {
+                "workspace": workspace, "lock_timeout": f"{int(lock_timeout * 1000)}ms"})
+        except psycopg.errors.LockNotAvailable as exc:
+            raise LockTimeout(f"workspace {workspace!r} stayed locked for {lock_timeout:g} s; "
+                              "try again") from exc
+        if conn.execute(Q.bootstrap_workspace_get_for_update,
+                        {"workspace": workspace}).fetchone() is None:
+            raise NotFound(f"no workspace {workspace!r}")
+        # the rows it owns, counted before anything is deleted (deleting links or cards fires
+        # triggers that queue projection operations, deleted last)
+        tables = sorted((r["table_name"] for r in conn.execute(Q.bootstrap_workspace_tables)),
+                        key=lambda t: (t == "projection_ops", t == "cards", t))
+        counts = {t: n for t in tables
+                  if (n := conn.execute(sql.SQL("SELECT count(*) AS n FROM {} WHERE "
+                                                "workspace_id = %s").format(sql.Identifier(t)),
+                                        [workspace]).fetchone()["n"])}
+        for table in tables:  # explicitly, so a table without a cascading key goes too
+            conn.execute(sql.SQL("DELETE FROM {} WHERE workspace_id = %s").format(
+                sql.Identifier(table)), [workspace])
+        conn.execute(Q.bootstrap_workspace_delete, {"workspace": workspace})
+        counts["workspaces"] = 1
+        row = conn.execute(Q.bootstrap_removal_insert, {
+            "workspace": workspace, "removed_by": removed_by,
+            "rows": Jsonb(counts)}).fetchone()
+    return {"removal_id": row["id"], "workspace": row["workspace"],
+            "removed_by": row["removed_by"], "removed_at": row["removed_at"].isoformat(),
+            "deleted_rows": row["deleted_rows"], "index_status": row["index_status"]}
+
+
+def removal(migrator_url: str, schema: str, removal_id: int) -> dict[str, Any]:
+    """A workspace removal's record: ``{id, workspace, removed_by, removed_at, deleted_rows,
+    index_status (pending|done), index_done_at, index_error}``.
+
+    :raises NotFound: no such removal.
+    """
+    with _connect(migrator_url, schema) as conn, conn.transaction():
+        _as_migrator(conn)
+        row = conn.execute(Q.bootstrap_removal_get, {"id": removal_id}).fetchone()
+    if row is None:
+        raise NotFound(f"no workspace removal {removal_id}")
+    return row

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from shared import models
 from shared.errors import InvalidInput, NotFound, StaleRevision
 from shared.models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link, card_id_str
+from shared.store import workflow
 from shared.store.database import Q
 
 
@@ -292,10 +293,13 @@ async def add_links(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UU
 
 
 async def delete(conn: AsyncConnection, card_uuid: uuid.UUID) -> None:
-    """Delete a card; dependencies, links both ways and its projection row cascade.
+    """Delete a card; dependencies, links both ways and its projection row cascade, and its
+    content is erased from the session archive in the same transaction
+    (:func:`shared.store.workflow.erase_card`).
 
     :raises NotFound: no such card.
     """
     row = await (await conn.execute(Q.card_delete, {"id": card_uuid})).fetchone()
     if row is None:
         raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
+    await workflow.erase_card(conn, card_uuid)

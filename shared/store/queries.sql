@@ -465,6 +465,43 @@ RETURNING id, language, created_at;
 -- name: bootstrap_workspace_get
 SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
 
+-- name: bootstrap_removal_pending
+-- A removal of this workspace id whose index collection is not dropped yet (migration 013).
+SELECT id, removed_at FROM workspace_removals
+WHERE workspace = %(workspace)s AND index_status = 'pending'
+ORDER BY id LIMIT 1;
+
+-- name: bootstrap_workspace_lock
+-- `memarc workspace delete`: the workspace's write lock (what every write takes), with the
+-- workspace set for row-level security, bounded by lock_timeout.
+SELECT set_config('memarc.workspace', %(workspace)s, true),
+       set_config('lock_timeout', %(lock_timeout)s, true),
+       pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0));
+
+-- name: bootstrap_workspace_get_for_update
+SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s FOR UPDATE;
+
+-- name: bootstrap_workspace_tables
+-- Every table of the archive schema with a workspace_id column (what a workspace owns).
+SELECT c.table_name FROM information_schema.columns c
+JOIN information_schema.tables t USING (table_schema, table_name)
+WHERE c.table_schema = current_schema() AND c.column_name = 'workspace_id'
+  AND t.table_type = 'BASE TABLE'
+ORDER BY c.table_name;
+
+-- name: bootstrap_workspace_delete
+DELETE FROM workspaces WHERE id = %(workspace)s;
+
+-- name: bootstrap_removal_insert
+INSERT INTO workspace_removals (workspace, removed_by, deleted_rows)
+VALUES (%(workspace)s, %(removed_by)s || ' (database login ' || session_user || ')', %(rows)s)
+RETURNING id, workspace, removed_by, removed_at, deleted_rows, index_status;
+
+-- name: bootstrap_removal_get
+SELECT id, workspace, removed_by, removed_at, deleted_rows, index_status, index_done_at,
+       index_error
+FROM workspace_removals WHERE id = %(id)s;
+
 -- name: bootstrap_token_insert
 INSERT INTO api_tokens (id, workspace_id, token_hash, permissions, database_name, schema_name,
                         label, expires_at)
@@ -482,15 +519,50 @@ UPDATE api_tokens SET revoked_at = now()
 WHERE workspace_id = %(workspace)s AND label = %(label)s AND revoked_at IS NULL
 RETURNING id;
 
+-- name: workspace_removals_pending
+-- Removed workspaces whose index collection is still to drop (the worker's sweep).
+SELECT id, workspace FROM workspace_removals_pending();
+
+-- name: workspace_removal_index_result
+SELECT workspace_removal_index_result(%(id)s, %(error)s);
+
 -- ==== workflow (issue 6) ====
 -- Session proposals, review receipts, solved-index and physical schema-change cleanup
 -- (DESIGN §6, §7); used by shared/store/workflow.py and shared/store/schema_changes.py.
 
 -- name: wf_proposals_for_session
-SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at
+SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at,
+       erased_at
 FROM session_proposals
 WHERE session_id = %(session_id)s
 ORDER BY seq;
+
+-- name: wf_erase_card_proposals
+-- Erasure of a deleted card's content (migration 013): the proposals that carried it (an update
+-- of it, an addition that would reuse it, the proposal a review applied to it) keep their key,
+-- kind, family, card ids and decisions; their content and its digest go.
+UPDATE session_proposals p
+SET proposal = jsonb_build_object('key', p.key, 'kind', p.kind,
+                                  'decisions', coalesce(p.proposal -> 'decisions', '[]'::jsonb)),
+    digest = '', erased_at = now()
+WHERE p.erased_at IS NULL
+  AND (p.card_id = %(card_id)s OR p.reuse_card_id = %(card_id)s
+       OR EXISTS (SELECT 1 FROM review_receipts r,
+                         jsonb_array_elements(r.result -> 'items') AS i(item)
+                  WHERE r.session_id = p.session_id AND i.item ->> 'key' = p.key
+                    AND i.item ->> 'card_id' = %(card_ref)s))
+RETURNING p.session_id, p.key;
+
+-- name: wf_erase_card_receipts
+-- The receipts' items of a deleted card keep ids, revision, action and family; the title goes.
+UPDATE review_receipts r
+SET result = jsonb_set(r.result, '{items}', (
+        SELECT coalesce(jsonb_agg(CASE WHEN e.item ->> 'card_id' = %(card_ref)s
+                                       THEN e.item || '{"title": "", "erased": true}'::jsonb
+                                       ELSE e.item END ORDER BY e.n), '[]'::jsonb)
+        FROM jsonb_array_elements(r.result -> 'items') WITH ORDINALITY AS e(item, n)))
+WHERE r.result -> 'items' @> jsonb_build_array(jsonb_build_object('card_id', %(card_ref)s::text))
+RETURNING r.review_id;
 
 -- name: wf_proposal_count
 SELECT count(*) AS n FROM session_proposals WHERE session_id = %(session_id)s;
@@ -568,11 +640,25 @@ VALUES (%(workspace)s, %(run_id)s, %(database)s, %(schema)s, %(tables)s, %(colum
 RETURNING *;
 
 -- name: sc_run_finish
+-- The card-deletion phase's receipt; `cards_deleted`: it deleted every matching card (no errors).
 UPDATE schema_change_runs
 SET status = %(status)s, deleted = %(deleted)s, errors = %(errors)s,
+    cards_deleted_at = CASE WHEN %(cards_deleted)s THEN coalesce(cards_deleted_at, now()) END,
     completed_at = CASE WHEN %(status)s = 'done' THEN now() END
 WHERE run_id = %(run_id)s
 RETURNING *;
+
+-- name: sc_run_complete
+-- A run whose cards and point deletions are all done (migration 013).
+UPDATE schema_change_runs SET status = 'done', completed_at = now()
+WHERE run_id = %(run_id)s AND status = 'cleanup_pending' AND cards_deleted_at IS NOT NULL
+RETURNING *;
+
+-- name: sc_open_point_deletions
+-- The cards among `ids` whose point deletion is not done yet (pending, running or failed).
+SELECT DISTINCT card_id FROM projection_ops
+WHERE op = 'delete' AND status <> 'done' AND card_id = ANY(%(ids)s)
+ORDER BY card_id;
 
 -- name: sc_cards_matching
 -- Cards with a dependency entry on a removed object of one database/schema: a removed table

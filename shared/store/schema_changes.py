@@ -51,14 +51,29 @@ async def insert_run(conn: AsyncConnection, workspace_id: str, *, run_id: str, d
 
 
 async def finish_run(conn: AsyncConnection, run_id: str, *, status: str, deleted: Sequence[str],
-                     errors: Sequence[dict[str, str]]) -> dict[str, Any]:
+                     errors: Sequence[dict[str, str]], cards_deleted: bool) -> dict[str, Any]:
     """Write a run's deletion receipt (``deleted`` card ids, ``errors`` ``{card_id, error}``) and
     its status (``done`` sets ``completed_at``; ``cleanup_pending`` leaves it to a repeat);
-    returns its row."""
+    ``cards_deleted``: every matching card is deleted (sets ``cards_deleted_at`` once). Returns
+    its row."""
     cur = await conn.execute(Q.sc_run_finish, {
         "run_id": run_id, "status": status, "deleted": Jsonb(list(deleted)),
-        "errors": Jsonb(list(errors))})
+        "errors": Jsonb(list(errors)), "cards_deleted": cards_deleted})
     return await cur.fetchone()
+
+
+async def complete_run(conn: AsyncConnection, run_id: str) -> dict[str, Any] | None:
+    """Mark a run ``done`` whose cards are deleted (``cards_deleted_at`` set); returns its row,
+    or None when it is not such a run."""
+    return await (await conn.execute(Q.sc_run_complete, {"run_id": run_id})).fetchone()
+
+
+async def open_point_deletions(conn: AsyncConnection,
+                               card_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """The cards among ``card_ids`` with a point-deletion operation not done yet (pending,
+    running or failed), in id order."""
+    cur = await conn.execute(Q.sc_open_point_deletions, {"ids": list(card_ids)})
+    return [row["card_id"] for row in await cur.fetchall()]
 
 
 async def cards_depending_on(conn: AsyncConnection, database: str, schema: str,

@@ -19,7 +19,7 @@ import msgspec
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from shared.models import CardWrite
+from shared.models import CardWrite, card_id_str
 from shared.store.database import Q
 
 
@@ -33,6 +33,11 @@ class StoredProposal(msgspec.Struct, frozen=True):
     card_id: uuid.UUID | None
     base_revision: int | None
     proposal: dict[str, Any]
+    #: the existing card an addition reused when it was stored, if any
+    reuse_card_id: uuid.UUID | None = None
+    #: the proposal's content was erased with the card it carried (only key, kind and
+    #: decisions are left in ``proposal``)
+    erased: bool = False
 
 
 class StoredReceipt(msgspec.Struct, frozen=True):
@@ -46,11 +51,14 @@ class StoredReceipt(msgspec.Struct, frozen=True):
 
 
 async def session_proposals(conn: AsyncConnection, session_id: str) -> list[StoredProposal]:
-    """The session's proposals in the order they were stored (empty for an unknown session)."""
+    """The session's proposals in the order they were stored (empty for an unknown session),
+    erased ones included (``erased``)."""
     cur = await conn.execute(Q.wf_proposals_for_session, {"session_id": session_id})
     return [StoredProposal(key=r["key"], kind=r["kind"], family=r["family"],
                            card_id=r["card_id"], base_revision=r["base_revision"],
-                           proposal=r["proposal"]) for r in await cur.fetchall()]
+                           proposal=r["proposal"], reuse_card_id=r["reuse_card_id"],
+                           erased=r["erased_at"] is not None)
+            for r in await cur.fetchall()]
 
 
 async def count_proposals(conn: AsyncConnection, session_id: str) -> int:
@@ -164,3 +172,17 @@ async def record_decisions(conn: AsyncConnection, workspace_id: str, session_id:
         "workspace": workspace_id, "session_id": session_id,
         "card_ids": [c for c, _ in decisions], "decisions": [d for _, d in decisions],
         "actor": actor})
+
+async def erase_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, int]:
+    """Erase a deleted card's content from the session archive, in the deletion's transaction
+    (DESIGN §2: a deleted card's content does not outlive it): the proposals that carried it
+    (an update of it, an addition that would reuse it, the one a review applied to it) keep key,
+    kind, family, card ids and decisions and lose the rest; the review receipts keep the card's
+    id, revision, action and family and lose its title (the item gets ``erased: true``).
+
+    :returns: ``{proposals, receipts}``: how many rows were erased.
+    """
+    params = {"card_id": card_uuid, "card_ref": card_id_str(card_uuid)}
+    receipts = (await conn.execute(Q.wf_erase_card_receipts, params)).rowcount
+    proposals = (await conn.execute(Q.wf_erase_card_proposals, params)).rowcount
+    return {"proposals": proposals, "receipts": receipts}

@@ -224,9 +224,12 @@ class SummaryItem(msgspec.Struct):
     #: once the session is reviewed: what the review did with it (from the receipt)
     reviewed: Literal["created", "updated", "reused", "declined"] | None = None
     possible_duplicate: PossibleDuplicate | None = None
+    #: the card this proposal carried was deleted, and the proposal's content erased with it
+    #: (only key, kind, family, card id and decisions are left; ``card`` is None)
+    erased: bool = False
 
 
-class ReviewedItem(msgspec.Struct):
+class ReviewedItem(msgspec.Struct, omit_defaults=True):
     """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (no write)."""
 
     key: str
@@ -236,6 +239,9 @@ class ReviewedItem(msgspec.Struct):
     revision: int
     family: str
     title: str
+    #: the card was deleted since and its title erased with it (``title`` is empty); only
+    #: present when true
+    erased: bool = False
 
 
 class ProjectionEntry(msgspec.Struct):

@@ -3,17 +3,28 @@
 Permission ``memory.schema``, checked again here.
 
 After a catalog synchronisation removes tables or columns, the caller sends the run id, database,
-schema and the exact removed tables and columns. The cleanup runs in two phases, each its own
-transaction under the workspace lock:
+schema and the exact removed tables and columns. The cleanup runs in two steps, which a catalog
+may ask for separately (:meth:`SchemaChanges.record_run` *before* it commits its own physical
+change, :meth:`SchemaChanges.cleanup` after) or in one call (:meth:`SchemaChanges.apply`):
 
-1. **record**: the run is stored with a pending cleanup phase (``cleanup_pending``) and the
-   removed objects as sent. A new run for a database/schema with an incomplete run is refused
-   (409); the same run id with other removed objects is refused too (409).
+1. **record**: the run is stored with a pending cleanup phase (``cleanup_pending``, phase
+   ``recorded``) and the removed objects as sent. A new run for a database/schema with an
+   incomplete run is refused (409); the same run id with other removed objects is refused too
+   (409).
 2. **cleanup**: every card with a structured dependency on a removed object is deleted (a removed
    table takes its columns with it; database- and schema-level dependencies, workspace-wide cards
    and other databases/schemas never match), with its dependencies and every link into or out of
-   it, and a point-deletion projection operation; the run becomes ``done`` with the deleted ids
-   and any errors (the deletion receipt). Operations are enqueued after commit.
+   it, its content erased from the session archive (:func:`shared.store.cards.delete`),
+   and a point-deletion projection operation; the deleted ids and any errors are the deletion
+   receipt. Operations are enqueued after commit.
+
+A run is ``done`` only when its cards are deleted *and* their point deletions are done (phase
+``index_pending`` until then; ``index_pending`` lists the cards whose point is not deleted yet).
+So a failed index deletion keeps the run ``cleanup_pending``, and blocks a new run of that
+database/schema; repeating the cleanup of the run re-queues its failed point deletions and
+finishes it once they are done. A run whose point deletions completed meanwhile is marked done
+whenever it is looked at (a repeat, or a new run of its database/schema). ``wait`` seconds (≤ 30)
+let a call wait for the worker.
 
 Repeating a run id returns the receipt of a completed run (nothing is deleted twice) and
 completes a run that was only recorded (a crash between the phases) from what was recorded,
@@ -21,9 +32,11 @@ without a new diff.
 
 The SQL is in :mod:`shared.store.schema_changes`. A rejected call is recorded by :func:`audited`.
 """
-
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -34,7 +47,7 @@ from msgspec import Meta
 from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
-from shared.models import Name, card_id_str
+from shared.models import MAX_WAIT_SECONDS, Name, card_id_str, parse_card_id
 from shared.projection.queue import ProjectionQueue
 from shared.store import activity_log, outbox, workspaces
 from shared.store import cards as card_store
@@ -71,11 +84,20 @@ class DeletionError(msgspec.Struct):
     error: str
 
 
+class CleanupRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``POST .../schema-changes/cleanup``: the id of a recorded run."""
+
+    run_id: Annotated[str, Meta(min_length=1, max_length=200)]
+
+
 class SchemaChangeResult(msgspec.Struct):
     """A schema-change run and its deletion receipt.
 
-    ``status``: ``done``, or ``cleanup_pending`` when the cleanup has not completed (repeat the
-    run id to complete it). ``deleted``: the card ids deleted by this run, in id order.
+    ``status``: ``done``, or ``cleanup_pending`` while the cleanup has not completed (repeat the
+    run id to complete it). ``phase``: ``recorded`` (its cards are not deleted yet, or one could
+    not be: ``errors``), ``index_pending`` (cards deleted, point deletions still open: the cards
+    are in ``index_pending``), ``done``. ``deleted``: the card ids deleted by this run, in id
+    order.
     """
 
     run_id: str
@@ -88,11 +110,14 @@ class SchemaChangeResult(msgspec.Struct):
     errors: list[DeletionError]
     recorded_at: datetime
     completed_at: datetime | None
+    phase: Literal["recorded", "index_pending", "done"] = "recorded"
+    index_pending: list[str] = []
 
 
 class SchemaChangeOutcome(msgspec.Struct):
-    """What :meth:`SchemaChanges.apply` returns: the run, and whether it was a replay of a
-    completed run (nothing done)."""
+    """What :meth:`SchemaChanges.apply` and :meth:`SchemaChanges.record_run` return: the run,
+    and whether it was a replay (the run id was complete, or, for ``record_run``, recorded
+    already: nothing done)."""
 
     result: SchemaChangeResult
     replayed: bool
@@ -121,14 +146,34 @@ def _normalise(req: SchemaChangeRequest) -> SchemaChangeRequest:
         removed_columns=[RemovedColumn(table=t, column=c) for t, c in columns])
 
 
-def _result(row: dict[str, Any]) -> SchemaChangeResult:
+def _deleted_uuids(row: dict[str, Any]) -> list[uuid.UUID]:
+    return [u for cid in row["deleted"] if (u := parse_card_id(cid)) is not None]
+
+
+def _result(row: dict[str, Any], index_pending: list[uuid.UUID] | None = None,
+            ) -> SchemaChangeResult:
+    """The run's row as a result; ``index_pending``: its cards whose point deletion is open."""
+    phase = ("done" if row["status"] == "done"
+             else "index_pending" if row.get("cards_deleted_at") is not None else "recorded")
     return SchemaChangeResult(
         run_id=row["run_id"], database=row["database_name"], schema=row["schema_name"],
         removed_tables=list(row["removed_tables"]),
         removed_columns=msgspec.convert(row["removed_columns"], list[RemovedColumn]),
         status=row["status"], deleted=list(row["deleted"]),
         errors=msgspec.convert(row["errors"], list[DeletionError]),
-        recorded_at=row["recorded_at"], completed_at=row["completed_at"])
+        recorded_at=row["recorded_at"], completed_at=row["completed_at"], phase=phase,
+        index_pending=[card_id_str(c) for c in index_pending or []])
+
+
+async def _settle(conn: Any, row: dict[str, Any]) -> tuple[dict[str, Any], list[uuid.UUID]]:
+    """A pending run whose cards are deleted is done once none of their point deletions is
+    open; returns its row (updated when done) and the cards whose point deletion is open."""
+    if row["status"] == "done" or row.get("cards_deleted_at") is None:
+        return row, []
+    open_ = await store.open_point_deletions(conn, _deleted_uuids(row))
+    if open_:
+        return row, open_
+    return (await store.complete_run(conn, row["run_id"])) or row, []
 
 
 class SchemaChanges:
@@ -146,9 +191,10 @@ class SchemaChanges:
             raise Forbidden(f"this token is bound to schema {principal.schema!r}")
 
     @audited("schema_change")
-    async def apply(self, principal: Principal, workspace: str,
-                    req: SchemaChangeRequest) -> SchemaChangeOutcome:
-        """Record the run, then delete the cards depending on the removed objects.
+    async def apply(self, principal: Principal, workspace: str, req: SchemaChangeRequest,
+                    wait: float = 0.0) -> SchemaChangeOutcome:
+        """The one-call form: record the run, then delete the cards depending on the removed
+        objects (:meth:`record`, then :meth:`cleanup` with ``wait``).
 
         :returns: the run with its deletion receipt; ``replayed`` when the run id was already
             complete (the stored receipt, nothing deleted again).
@@ -158,17 +204,32 @@ class SchemaChanges:
             another database/schema. :raises NotFound: principal of another workspace.
         """
         self._check(principal, workspace, req)
-        row = await self.record(principal, workspace, req)
+        row, _ = await self.record(principal, workspace, req)
         if row["status"] == "done":
             return SchemaChangeOutcome(result=_result(row), replayed=True)
-        return SchemaChangeOutcome(result=await self.cleanup(principal, workspace, row["run_id"]),
-                                   replayed=False)
+        return SchemaChangeOutcome(
+            result=await self.cleanup(principal, workspace, row["run_id"], wait), replayed=False)
+
+    @audited("schema_change")
+    async def record_run(self, principal: Principal, workspace: str,
+                         req: SchemaChangeRequest) -> SchemaChangeOutcome:
+        """Step 1 alone: record the run (phase ``recorded``) and delete nothing, so a catalog can
+        record the pending cleanup before it commits its own physical change, and ask for
+        :meth:`cleanup` after. ``replayed``: the run id was recorded already (the run as it is).
+
+        :raises Conflict: as :meth:`apply`.
+        """
+        row, created = await self.record(principal, workspace, req)
+        return SchemaChangeOutcome(result=_result(row), replayed=not created)
 
     async def record(self, principal: Principal, workspace: str,
-                     req: SchemaChangeRequest) -> dict[str, Any]:
-        """Phase 1: record the run with a pending cleanup phase (or find it recorded).
+                     req: SchemaChangeRequest) -> tuple[dict[str, Any], bool]:
+        """Phase 1: record the run with a pending cleanup phase (or find it recorded). An
+        incomplete run of the same database/schema whose point deletions have completed since is
+        marked done first (it no longer blocks).
 
-        :returns: the run's row (``status`` ``cleanup_pending`` or ``done``).
+        :returns: the run's row (``status`` ``cleanup_pending`` or ``done``) and whether it was
+            recorded now.
         :raises Conflict: as :meth:`apply`.
         """
         self._check(principal, workspace, req)
@@ -181,12 +242,18 @@ class SchemaChanges:
                 if row["request_digest"] != request_digest:
                     raise Conflict(f"run {req.run_id!r} was recorded with other removed objects; "
                                    "a new diff needs a new run id", run_id=req.run_id)
-                return row
+                return row, False
             open_run = await store.incomplete_run(conn, req.database, req.schema)
             if open_run is not None:
-                raise Conflict(f"run {open_run!r} of {req.database}.{req.schema} is "
-                               "incomplete: repeat it to complete it before starting a new run",
-                               run_id=open_run)
+                settled, open_ = await _settle(conn, await store.run(conn, open_run,
+                                                                     for_update=True))
+                if settled["status"] != "done":
+                    waiting = (f": the point deletions of {len(open_)} card(s) are not done "
+                               "(is the worker running?)" if open_ else "")
+                    raise Conflict(f"run {open_run!r} of {req.database}.{req.schema} is "
+                                   f"incomplete{waiting}: repeat it to complete it before "
+                                   "starting a new run", run_id=open_run,
+                                   index_pending=[card_id_str(c) for c in open_])
             row = await store.insert_run(
                 conn, workspace, run_id=req.run_id, database=req.database, schema=req.schema,
                 tables=req.removed_tables,
@@ -196,19 +263,26 @@ class SchemaChanges:
                 conn, workspace, actor=principal.actor, verb="schema_change", outcome="recorded",
                 detail={"run": req.run_id, "database": req.database, "schema": req.schema,
                         "tables": len(req.removed_tables), "columns": len(req.removed_columns)})
-        return row
+        return row, True
 
-    async def cleanup(self, principal: Principal, workspace: str, run_id: str) -> SchemaChangeResult:
-        """Phase 2: delete the cards matching a recorded run and complete it (idempotent: a
-        completed run is returned as it is).
+    @audited("schema_change")
+    async def cleanup(self, principal: Principal, workspace: str, run_id: str,
+                      wait: float = 0.0) -> SchemaChangeResult:
+        """Phase 2: delete the cards matching a recorded run, then complete it once their point
+        deletions are done (idempotent: a completed run is returned as it is).
 
         Each card is deleted in a savepoint: a card that cannot be deleted is reported in
         ``errors`` and leaves the run ``cleanup_pending`` (repeat the run id), the others are
-        deleted.
+        deleted. Once every card is deleted, a repeat re-queues the run's open point deletions
+        (failed ones too) and never matches cards again. ``wait``: seconds (at most 30) to wait
+        for the point deletions before answering.
 
-        :raises NotFound: no such run.
+        :raises NotFound: no such run. :raises InvalidInput: ``wait`` outside 0..30.
         """
         principal.require(workspace, "memory.schema")
+        run_id = run_id.strip()
+        if not 0 <= wait <= MAX_WAIT_SECONDS:
+            raise InvalidInput(f"wait must be 0..{MAX_WAIT_SECONDS:g} seconds", field="wait")
         op_ids: list[int] = []
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             row = await store.run(conn, run_id, for_update=True)
@@ -216,32 +290,62 @@ class SchemaChanges:
                 raise NotFound(f"no schema-change run {run_id!r}")
             if row["status"] == "done":
                 return _result(row)
-            columns = msgspec.convert(row["removed_columns"], list[RemovedColumn])
-            matching = await store.cards_depending_on(
-                conn, row["database_name"], row["schema_name"], list(row["removed_tables"]),
-                [(c.table, c.column) for c in columns])
-            deleted: list[str] = list(row["deleted"])
-            errors: list[dict[str, str]] = []
-            for cid in matching:
-                try:
-                    async with conn.transaction():  # a savepoint per card
-                        await card_store.delete(conn, cid)
-                        op_id = await outbox.insert(conn, workspace, cid, "delete", None)
-                        await activity_log.record(
-                            conn, workspace, actor=principal.actor, verb="delete", card_uuid=cid,
-                            outcome="ok", detail={"schema_change": run_id})
-                except (ArchiveError, psycopg.errors.IntegrityError) as exc:
-                    message = exc.message if isinstance(exc, ArchiveError) else str(exc)
-                    errors.append({"card_id": card_id_str(cid), "error": message[:500]})
-                    continue
-                op_ids.append(op_id)
-                deleted.append(card_id_str(cid))
-            status = "cleanup_pending" if errors else "done"
-            row = await store.finish_run(conn, run_id, status=status, deleted=sorted(deleted),
-                                         errors=errors)
+            if row["cards_deleted_at"] is None:
+                row, op_ids = await self._delete_cards(conn, principal, workspace, row)
+            if row["cards_deleted_at"] is not None:  # the index part: re-queue what is open
+                for cid in await store.open_point_deletions(conn, _deleted_uuids(row)):
+                    op_ids += [i for i in await outbox.reset_for_retry(conn, cid)
+                               if i not in op_ids]
+            row, open_ = await _settle(conn, row)
             await activity_log.record(
-                conn, workspace, actor=principal.actor, verb="schema_change", outcome=status,
-                detail={"run": run_id, "deleted": len(deleted), "errors": len(errors)})
+                conn, workspace, actor=principal.actor, verb="schema_change",
+                outcome=row["status"],
+                detail={"run": run_id, "deleted": len(row["deleted"]),
+                        "errors": len(row["errors"]), "index_pending": len(open_)})
         if op_ids:
             await self.queue.enqueue(workspace, op_ids)
-        return _result(row)
+        if open_ and wait > 0:
+            row, open_ = await self._wait(workspace, run_id, wait)
+        return _result(row, open_)
+
+    async def _delete_cards(self, conn: Any, principal: Principal, workspace: str,
+                            row: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+        """The card-deletion phase of a run, in the caller's transaction: returns the run's
+        updated row and the point-deletion operations queued."""
+        run_id = row["run_id"]
+        columns = msgspec.convert(row["removed_columns"], list[RemovedColumn])
+        matching = await store.cards_depending_on(
+            conn, row["database_name"], row["schema_name"], list(row["removed_tables"]),
+            [(c.table, c.column) for c in columns])
+        deleted: list[str] = list(row["deleted"])
+        errors: list[dict[str, str]] = []
+        op_ids: list[int] = []
+        for cid in matching:
+            try:
+                async with conn.transaction():  # a savepoint per card
+                    await card_store.delete(conn, cid)
+                    op_id = await outbox.insert(conn, workspace, cid, "delete", None)
+                    await activity_log.record(
+                        conn, workspace, actor=principal.actor, verb="delete", card_uuid=cid,
+                        outcome="ok", detail={"schema_change": run_id})
+            except (ArchiveError, psycopg.errors.IntegrityError) as exc:
+                message = exc.message if isinstance(exc, ArchiveError) else str(exc)
+                errors.append({"card_id": card_id_str(cid), "error": message[:500]})
+                continue
+            op_ids.append(op_id)
+            deleted.append(card_id_str(cid))
+        row = await store.finish_run(conn, run_id, status="cleanup_pending",
+                                     deleted=sorted(deleted), errors=errors,
+                                     cards_deleted=not errors)
+        return row, op_ids
+
+    async def _wait(self, workspace: str, run_id: str,
+                    seconds: float) -> tuple[dict[str, Any], list[uuid.UUID]]:
+        """Wait up to ``seconds`` for the run's point deletions, then settle it."""
+        deadline = time.monotonic() + seconds
+        while True:
+            async with self.db.transaction(workspace) as conn:  # the run's row lock suffices
+                row, open_ = await _settle(conn, await store.run(conn, run_id, for_update=True))
+            if not open_ or time.monotonic() >= deadline:
+                return row, open_
+            await asyncio.sleep(0.1)

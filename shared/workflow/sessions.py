@@ -48,7 +48,7 @@ from shared.store import workflow as store
 from shared.store.database import Database
 from shared.workflow import rules
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
-                                      DecideRequest, DecisionRecord, FieldChange,
+                                      DecideRequest, Decision, DecisionRecord, FieldChange,
                                       ProjectionEntry, Proposal, ProposalOutcome, ProposeRequest,
                                       ProposeResult, ReviewedItem, ReviewOutcome, ReviewReceipt,
                                       ReviewRequest, ReviewSelection, SessionDecisions,
@@ -68,13 +68,35 @@ class _Stored:
 
 
 async def _stored(conn: AsyncConnection, session_id: str) -> dict[str, _Stored]:
-    """The session's proposals by key, in the order they were stored."""
+    """The session's proposals by key, in the order they were stored (erased ones left out:
+    :func:`_erased`)."""
     stored: dict[str, _Stored] = {}
     for row in await store.session_proposals(conn, session_id):
+        if row.erased:
+            continue
         proposal = msgspec.convert(row.proposal, Proposal)
         stored[row.key] = _Stored(key=row.key, family=row.family, proposal=proposal,
                                   draft=rules.draft(proposal, f"stored proposal {row.key!r}"))
     return stored
+
+
+async def _erased(conn: AsyncConnection, session_id: str) -> list[store.StoredProposal]:
+    """The session's proposals whose content was erased with the card they carried."""
+    return [row for row in await store.session_proposals(conn, session_id) if row.erased]
+
+
+def _erased_item(row: store.StoredProposal) -> SummaryItem:
+    """The summary entry of an erased proposal: what is left of it (no content)."""
+    shown = row.card_id or row.reuse_card_id
+    return SummaryItem(
+        key=row.key, kind=row.kind, family=row.family,
+        action="update" if row.kind == "update" else "create",
+        card_id=card_id_str(shown) if shown else None, base_revision=row.base_revision,
+        current_revision=None, stale=False,
+        decisions=msgspec.convert(row.proposal.get("decisions", []), list[Decision]),
+        rationale="", card=None, changes={},
+        problems=["erased: the card it carried was deleted, and its content with it"],
+        erased=True)
 
 
 async def _reviewed(conn: AsyncConnection, session_id: str) -> ReviewReceipt | None:
@@ -175,6 +197,12 @@ class Workflow:
                                f"{receipt.review_id!r}); start a new session",
                                review_id=receipt.review_id)
             stored = await _stored(conn, session_id)
+            erased = {row.key for row in await _erased(conn, session_id)}
+            for i, d in enumerate(drafts):
+                if d.key in erased:
+                    raise Conflict(f"proposals[{i}] (key {d.key!r}): the proposal stored under "
+                                   "that key was erased with the card it carried (deleted); "
+                                   "use another key", field=f"proposals[{i}].key", item=d.key)
             cards = await _edited_cards(conn, drafts)
             bodies = [rules.proposal_body(d, cards, f"proposals[{i}]")
                       for i, d in enumerate(drafts)]
@@ -239,8 +267,9 @@ class Workflow:
         async with self.db.transaction(workspace, read_only=True, lock="shared") as conn:
             await workspaces.get(conn, workspace)
             stored = await _stored(conn, session_id)
+            erased = await _erased(conn, session_id)
             receipt = await _reviewed(conn, session_id)
-            if not stored:
+            if not stored and not erased:
                 raise NotFound(f"no proposals in session {session_id!r}")
             cards = await _edited_cards(conn, (s.draft for s in stored.values()))
             items: list[SummaryItem] = []
@@ -268,13 +297,21 @@ class Workflow:
                     item.possible_duplicate = m.possible
             else:
                 _show_review(items, receipt)
+            gone = [_erased_item(row) for row in erased]
+            if receipt is not None:
+                _show_review(gone, receipt)
+                for item in gone:
+                    item.problems = ["erased: the card it carried was deleted, and its "
+                                     "content with it"]
+            items += gone
         counts = {"total": len(items),
                   "create": sum(i.action == "create" for i in items),
                   "reuse": sum(i.action == "reuse" for i in items),
                   "update": sum(i.action == "update" for i in items),
                   "stale": sum(i.stale for i in items),
                   "possible_duplicates": sum(i.possible_duplicate is not None for i in items),
-                  "with_problems": sum(bool(i.problems) for i in items)}
+                  "with_problems": sum(bool(i.problems) for i in items),
+                  "erased": sum(i.erased for i in items)}
         return Summary(session_id=session_id, proposals=items, counts=counts, review=receipt)
 
     # ---- review ----
@@ -330,9 +367,17 @@ class Workflow:
                 raise Conflict(f"session {session_id!r} was already reviewed (review "
                                f"{other.review_id!r})", review_id=other.review_id)
             stored = await _stored(conn, session_id)
-            if not stored:
+            erased = {row.key: row for row in await _erased(conn, session_id)}
+            if not stored and not erased:
                 raise NotFound(f"no proposals in session {session_id!r}")
             for i, sel in enumerate(req.selected):
+                if sel.key in erased:  # its card was deleted since: stale, like any such update
+                    gone = erased[sel.key].card_id or erased[sel.key].reuse_card_id
+                    raise StaleRevision(
+                        f"selected[{i}] (key {sel.key!r}): the card it carried was deleted, and "
+                        "the proposal's content erased with it", item=sel.key,
+                        card_id=card_id_str(gone) if gone else None, current_revision=None,
+                        field=f"selected[{i}].key")
                 if sel.key not in stored:
                     raise InvalidInput(f"selected[{i}]: no proposal {sel.key!r} in session "
                                        f"{session_id!r}", field=f"selected[{i}].key", item=sel.key)

@@ -280,13 +280,6 @@ API_CALLS: dict[str, ApiCall] = {call.name: call for call in (
             body=_as_is),
     ApiCall("solved-index", "Re-queue the projection recorded by a session's review receipt.",
             "POST", "{session}/solved-index", (SESSION,)),
-    ApiCall("schema-cleanup",
-            "Delete the cards depending on removed tables/columns (a schema-change run).",
-            "POST", "/api/workspaces/{workspace}/schema-changes",
-            (arg("--data", required=True,
-                 help="JSON file: {run_id, database, schema, removed_tables, removed_columns} "
-                      "('-' = stdin)"),),
-            body=_as_is),
 )}
 
 
@@ -325,6 +318,42 @@ def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
     ls.add_argument("--desc", action="store_true", help="reverse the sort's default direction")
     ls.add_argument("--page", type=int, default=1, help="page number (default 1)")
     ls.add_argument("--per-page", type=int, default=20, help="cards per page, 1..100")
+
+
+def schema_cleanup_command(args: argparse.Namespace) -> Any:
+    """A schema-change run as the API answers it (``{run_id, status, phase, deleted, errors,
+    index_pending, ...}``): ``--data`` records and runs it (one call), ``--data --record-only``
+    only records it (before the catalog commits its change), ``--run ID`` runs a recorded one
+    (or retries an open one); ``--wait S`` waits for the point deletions.
+
+    :raises CliError: ``bad_input``, neither or both of ``--data`` and ``--run``, or
+        ``--record-only`` without ``--data``.
+    """
+    if (args.data is None) == (args.run is None) or (args.record_only and args.data is None):
+        raise CliError({"error": "give --data change.json (with --record-only to record it "
+                                 "only) or --run RUN_ID", "code": "bad_input"})
+    api = ApiClient()
+    path = f"/api/workspaces/{args.workspace}/schema-changes"
+    params = {"wait": args.wait} if args.wait is not None and not args.record_only else {}
+    if args.run is not None:
+        return api.call("POST", f"{path}/cleanup", json={"run_id": args.run}, params=params)
+    body = read_json_file(args.data)
+    if args.record_only:
+        return api.call("POST", f"{path}/record", json=body)
+    return api.call("POST", path, json=body, params=params)
+
+
+def configure_schema_cleanup_parser(subparsers: argparse._SubParsersAction) -> None:
+    sc = add_command(subparsers, "schema-cleanup",
+                     "Delete the cards depending on removed tables/columns (a schema-change "
+                     "run), in one call or two steps.", schema_cleanup_command, workspace=True)
+    sc.add_argument("--data", help="JSON file: {run_id, database, schema, removed_tables, "
+                                   "removed_columns} ('-' = stdin)")
+    sc.add_argument("--record-only", action="store_true",
+                    help="step 1: record the run and delete nothing yet")
+    sc.add_argument("--run", help="step 2: run (or retry) the recorded run with this id")
+    sc.add_argument("--wait", type=float,
+                    help="seconds (≤ 30) to wait for the run's point deletions")
 
 
 def delete_command(args: argparse.Namespace) -> Any:
@@ -609,5 +638,5 @@ PARSERS = (
     configure_export_parser,
     configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["summary"].configure,
     API_CALLS["review-apply"].configure, API_CALLS["solved-index"].configure,
-    configure_session_parser, API_CALLS["schema-cleanup"].configure,
+    configure_session_parser, configure_schema_cleanup_parser,
 )

@@ -1,8 +1,11 @@
-"""Bootstrap commands ``migrate``, ``workspace create``, ``token create|revoke``: migrator login."""
+"""Bootstrap commands ``migrate``, ``workspace create|delete``, ``token create|revoke``: migrator
+login."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from typing import Any
 
 from shared.auth import PERMISSIONS
@@ -50,15 +53,75 @@ def create_workspace_command(args: argparse.Namespace) -> Any:
                             args.language)
 
 
+def operator() -> str:
+    """Who runs this command, as a removal records it: ``<OS user>@<host>``."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def delete_workspace_command(args: argparse.Namespace) -> Any:
+    """``{removal_id, workspace, removed_by, removed_at, deleted_rows: {table: n},
+    index_status}``: every row of the workspace and its tokens are gone; its index collection
+    is dropped by the worker (``index_status`` ``pending`` until then; ``--wait S`` waits for
+    it, at most 300 s).
+
+    :raises CliError: ``confirmation_required`` without ``--yes`` or a ``--confirm`` that
+        repeats the workspace id.
+    """
+    import time
+
+    from shared.store.bootstrap import delete_workspace, removal
+
+    if not args.yes and args.confirm != args.workspace_id:
+        raise CliError({"error": f"deleting workspace {args.workspace_id!r} removes all its cards, "
+                                 "tokens and index: repeat its id with --confirm "
+                                 f"{args.workspace_id} (or pass --yes)",
+                        "code": "confirmation_required"})
+    if not 0 <= (args.wait or 0) <= 300:
+        raise CliError({"error": "--wait must be 0..300 seconds", "code": "bad_input"})
+    s = _settings()
+    result = delete_workspace(s.migrator_database_url, s.db_schema, args.workspace_id,
+                              args.by or operator())
+    logging.getLogger("memarc.bootstrap").warning(
+        "workspace %s removed by %s (removal %s): %s rows; its index collection is dropped by "
+        "the worker", result["workspace"], result["removed_by"], result["removal_id"],
+        sum(result["deleted_rows"].values()))
+    deadline = time.monotonic() + (args.wait or 0)
+    while result["index_status"] == "pending" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        row = removal(s.migrator_database_url, s.db_schema, result["removal_id"])
+        result["index_status"] = row["index_status"]
+        if row["index_error"]:
+            result["index_error"] = row["index_error"]
+    return result
+
+
 def configure_workspace_parser(subparsers: argparse._SubParsersAction) -> None:
     w = add_command(subparsers, "workspace",
-                    "Create a workspace (bootstrap, talks to PostgreSQL directly).", None)
+                    "Create or delete a workspace (bootstrap, talks to PostgreSQL directly).",
+                    None)
     wsub = w.add_subparsers(dest="workspace_command", required=True)
     wc = wsub.add_parser("create", help="Create a workspace.")
     wc.set_defaults(func=create_workspace_command)
     wc.add_argument("workspace_id", help="workspace id: a-z, 0-9, '_' and '-'")
     wc.add_argument("--language", choices=["en", "it"], default="en",
                     help="language of BM25 stemming (default en)")
+    wd = wsub.add_parser("delete", help="Delete a workspace: its cards, every row it owns, its "
+                                        "tokens and (through the worker) its index collection.")
+    wd.set_defaults(func=delete_workspace_command)
+    wd.add_argument("workspace_id", help="workspace id")
+    wd.add_argument("--confirm", metavar="WORKSPACE",
+                    help="the workspace id again, to confirm")
+    wd.add_argument("--yes", action="store_true", help="confirm without repeating the id")
+    wd.add_argument("--by", help="who removes it, as recorded (default <OS user>@<host>)")
+    wd.add_argument("--wait", type=float, default=0,
+                    help="seconds (≤ 300) to wait for the worker to drop the index collection")
 
 
 def create_token_command(args: argparse.Namespace) -> Any:
