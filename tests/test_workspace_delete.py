@@ -61,6 +61,9 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
     r = await env.client.post(f"{session}/review", headers=h["review"],
                               json={"review_id": "rv", "selected": [{"key": "k"}]})
     assert r.status_code == 200, r.text
+    r = await env.client.post(f"{session}/decisions", headers=h["propose"], json={
+        "decisions": [{"card_id": first, "decision": "accepted"}]})
+    assert r.status_code == 200, r.text
     r = await env.client.post(f"/api/workspaces/{ws}/schema-changes", headers=h["schema"], json={
         "run_id": "sync-1", "database": "crm", "schema": "public", "removed_tables": ["x"]})
     assert r.status_code == 200, r.text
