@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.config import load_settings
@@ -146,6 +147,13 @@ async def test_metrics_token_is_required_when_configured(make_env, tmp_path):
     token_file.write_text("s3cret-metrics\n")
     assert load_settings({"MEMARC_METRICS_TOKEN_FILE": str(token_file)}).metrics_token == \
         "s3cret-metrics"
+    # a token file that holds no token, or cannot be read, is refused: never an open /metrics
+    # while the operator asked for a token
+    (tmp_path / "empty").write_text(" \n")
+    for path, message in ((tmp_path / "empty", "holds no token"),
+                          (tmp_path / "missing", "cannot read")):
+        with pytest.raises(ValueError, match=f"MEMARC_METRICS_TOKEN_FILE: .*{message}"):
+            load_settings({"MEMARC_METRICS_TOKEN_FILE": str(path)})
     async with make_env(metrics_token="s3cret-metrics") as env:
         env.workspace("acme")
         for headers in ({}, {"Authorization": "Bearer wrong"}, env.token("acme", "memory.read")):

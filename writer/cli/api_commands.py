@@ -452,7 +452,7 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
         body["family"] = args.family
     if args.exclude:
         body["exclude"] = args.exclude
-    if args.session:
+    if args.session is not None:  # an empty one is sent, and refused: never recall outside it
         body["session"] = args.session
     return ApiClient().call("POST", _mem(args.workspace) + "/search", json=body)
 
