@@ -240,6 +240,11 @@ async def test_cli_decides_lists_and_recalls_with_the_session(make_env, monkeypa
             code, out, err = await run_cli(capsys, command, *w, "monthly churn rate",
                                            "--session", "")
             assert code == 2 and out is None and json.loads(err)["code"] == "bad_request", err
+        # a blank session is refused by the CLI itself (the API would answer a bare 404)
+        for argv in (("decide", *w, " ", second, "--accepted"), ("decisions", *w, "")):
+            code, out, err = await run_cli(capsys, "session", *argv)
+            assert code == 2 and json.loads(err)["code"] == "bad_input", (argv, err)
+            assert "session id" in json.loads(err)["error"], err
         # the administrator's token cannot record decisions (memory.propose)
         code, _, err = await run_cli(capsys, "session", "decide", *w, "s-cli", second,
                                      "--rejected")
