@@ -103,6 +103,25 @@ def _with_password(url: str | None, password_file: str | None) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def _metrics_token(token_file: str | None) -> str | None:
+    """The bearer token ``GET /metrics`` requires, read from ``MEMARC_METRICS_TOKEN_FILE``
+    (None when the variable is unset: ``/metrics`` is open).
+
+    :raises ValueError: the file cannot be read, or holds no token (an empty file would leave
+        ``/metrics`` open while the operator asked for a token: refused, never open).
+    """
+    if token_file is None:
+        return None
+    try:
+        token = Path(token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"MEMARC_METRICS_TOKEN_FILE: cannot read {token_file}: {exc}") from exc
+    if not token:
+        raise ValueError(f"MEMARC_METRICS_TOKEN_FILE: {token_file} holds no token (write the "
+                         "token there, or unset the variable to leave /metrics open)")
+    return token
+
+
 def _positive(value: str | None, name: str) -> int | None:
     """An optional positive integer setting. :raises ValueError: not a positive integer."""
     if value is None:
@@ -116,7 +135,8 @@ def _positive(value: str | None, name: str) -> int | None:
 def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Settings:
     """Read settings from ``env`` (default ``os.environ``); keyword overrides win.
 
-    :raises ValueError: a numeric variable is not a number, or MEMARC_INDEX_ENGINE is unknown.
+    :raises ValueError: a numeric variable is not a number, MEMARC_INDEX_ENGINE is unknown, or
+        MEMARC_METRICS_TOKEN_FILE cannot be read or is empty.
     """
     e = os.environ if env is None else env
 
@@ -157,8 +177,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
         "lock_timeout_seconds": float(get("MEMARC_LOCK_TIMEOUT_SECONDS") or 10),
         "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
-        "metrics_token": (Path(metrics_token_file).read_text(encoding="utf-8").strip() or None
-                          if metrics_token_file else None),
+        "metrics_token": _metrics_token(metrics_token_file),
     }
     values.update(overrides)
     if values["index_engine"] not in INDEX_ENGINES:

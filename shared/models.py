@@ -312,11 +312,14 @@ def clean_session_id(session_id: str, field: str = "session_id") -> str:
     """A workflow session id, trimmed (the id of the caller's workflow session: its proposals,
     its decided cards, the session a recall runs in).
 
-    :raises InvalidInput: blank, over 200 characters, or a NUL character (names ``field``).
+    :raises InvalidInput: blank, over 200 characters, a ``/`` (no session route can name it, so
+        no such session can hold proposals or decided cards) or a NUL character (names ``field``).
     """
     session_id = session_id.strip()
     if not session_id or len(session_id) > 200:
         raise InvalidInput("a session id is 1..200 characters", field=field)
+    if "/" in session_id:
+        raise InvalidInput("a session id cannot contain '/'", field=field)
     reject_nul(session_id, field)
     return session_id
 

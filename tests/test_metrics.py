@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.config import load_settings
@@ -146,6 +147,13 @@ async def test_metrics_token_is_required_when_configured(make_env, tmp_path):
     token_file.write_text("s3cret-metrics\n")
     assert load_settings({"MEMARC_METRICS_TOKEN_FILE": str(token_file)}).metrics_token == \
         "s3cret-metrics"
+    # a token file that holds no token, or cannot be read, is refused: never an open /metrics
+    # while the operator asked for a token
+    (tmp_path / "empty").write_text(" \n")
+    for path, message in ((tmp_path / "empty", "holds no token"),
+                          (tmp_path / "missing", "cannot read")):
+        with pytest.raises(ValueError, match=f"MEMARC_METRICS_TOKEN_FILE: .*{message}"):
+            load_settings({"MEMARC_METRICS_TOKEN_FILE": str(path)})
     async with make_env(metrics_token="s3cret-metrics") as env:
         env.workspace("acme")
         for headers in ({}, {"Authorization": "Bearer wrong"}, env.token("acme", "memory.read")):
@@ -182,3 +190,29 @@ def test_each_metrics_object_has_a_registry_of_its_own():
         "memarc_recall_stage_duration_seconds_count", {"stage": "search"}) == 1
     assert first.registry.get_sample_value(
         "memarc_recall_stage_duration_seconds_count", {"stage": "verify"}) == 0
+
+
+def test_created_series_are_written_unless_disabled_as_the_readme_says():
+    """prometheus-client writes a ``_created`` gauge next to each counter and histogram series;
+    ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` (read when prometheus-client is imported, hence a
+    child process) leaves them out (README, "Metrics")."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("from shared.metrics import Metrics\n"
+              "m = Metrics('qdrant-edge', 3)\n"
+              "m.observe_request('GET', '/healthz', 200, 0.01)\n"
+              "m.observe_recall({'embed': 0.01})\n"
+              "print(m.exposition(None).decode())")
+    families = {}
+    for disabled in ("", "True"):
+        env = {**os.environ, "PROMETHEUS_DISABLE_CREATED_SERIES": disabled}
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        families[disabled] = {f.name for f in text_string_to_metric_families(out)}
+    created = {"memarc_http_requests_created", "memarc_http_request_duration_seconds_created",
+               "memarc_recall_stage_duration_seconds_created"}
+    assert created <= families[""]
+    assert not created & families["True"]
+    assert families["True"] == families[""] - created

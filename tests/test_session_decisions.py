@@ -184,6 +184,12 @@ async def test_decisions_need_memory_propose_and_bad_input_writes_nothing(make_e
         r = await env.client.post(f"{MEM}/search", headers=manage,
                                   json={"query": "revenue", "session": "  "})
         assert r.status_code == 422 and r.json()["field"] == "session", r.text
+        # a session id with '/' names no session route, so it can hold no decisions: refused
+        # on recall rather than silently excluding nothing
+        r = await env.client.post(f"{MEM}/search", headers=manage,
+                                  json={"query": "revenue", "session": "team/s"})
+        assert r.status_code == 422 and r.json()["field"] == "session", r.text
+        assert "'/'" in r.json()["detail"], r.text
         assert _decision_rows(env) == 0
         # and the good request is recorded
         await _decide(env, agent, "s", (card, "accepted"))
@@ -229,6 +235,16 @@ async def test_cli_decides_lists_and_recalls_with_the_session(make_env, monkeypa
             assert code == 0 and _ids(out) == {second}, (command, out)
             code, out, _ = await run_cli(capsys, command, *w, "monthly churn rate")
             assert code == 0 and _ids(out) == {first, second}, (command, out)
+            # an empty --session (an unset variable in a script) is refused, never a recall
+            # outside the session
+            code, out, err = await run_cli(capsys, command, *w, "monthly churn rate",
+                                           "--session", "")
+            assert code == 2 and out is None and json.loads(err)["code"] == "bad_request", err
+        # a blank session is refused by the CLI itself (the API would answer a bare 404)
+        for argv in (("decide", *w, " ", second, "--accepted"), ("decisions", *w, "")):
+            code, out, err = await run_cli(capsys, "session", *argv)
+            assert code == 2 and json.loads(err)["code"] == "bad_input", (argv, err)
+            assert "session id" in json.loads(err)["error"], err
         # the administrator's token cannot record decisions (memory.propose)
         code, _, err = await run_cli(capsys, "session", "decide", *w, "s-cli", second,
                                      "--rejected")

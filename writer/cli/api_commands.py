@@ -85,8 +85,12 @@ def _mem(ws: str) -> str:
 def _session(ws: str, session: str) -> str:
     """The routes of one workflow session.
 
-    :raises CliError: ``bad_input``, the session id contains ``/``.
+    :raises CliError: ``bad_input``, the session id is blank (it would name no route: a bare
+        404) or contains ``/``.
     """
+    if not session.strip():
+        raise CliError({"error": "a session id is 1..200 characters, not blank",
+                        "code": "bad_input"})
     if "/" in session:
         raise CliError({"error": "a session id cannot contain '/'", "code": "bad_input"})
     return f"/api/workspaces/{ws}/sessions/{quote(session, safe='')}"
@@ -567,7 +571,7 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
         body["family"] = args.family
     if args.exclude:
         body["exclude"] = args.exclude
-    if args.session:
+    if args.session is not None:  # an empty one is sent, and refused: never recall outside it
         body["session"] = args.session
     return ApiClient().call("POST", _mem(args.workspace) + "/search", json=body)
 
