@@ -346,10 +346,21 @@ def _search_statement(query: ListQuery, limit: int | None, *, page: bool,
         deps["tables"] = sql.SQL("array_agg(DISTINCT d.table_name) FILTER (WHERE d.table_name "
                                  "IS NOT NULL AND d.database_name = %(facet_db)s)")
         params["facet_db"] = query.database
+    flags = {name: where(ListQuery(**{name: getattr(query, name)}))
+             for name in ("family", "origin", "concepts")}
     if facets or query.database is not None:
+        # A card's dependency rows matter only when it passes at least two of the three other
+        # filters (every facet and the total combine the dependency flags with two or three of
+        # them) and, without a dependency filter, only when it passes all three (for the
+        # database and table facets); other cards skip the lookup (their aggregates are empty).
+        fa, fo, fc = flags.values()
+        needed = (sql.SQL("({} AND {}) OR ({} AND {}) OR ({} AND {})").format(fa, fo, fa, fc, fo, fc)
+                  if query.database is not None
+                  else sql.SQL("{} AND {} AND {}").format(fa, fo, fc))
         lateral = sql.SQL(" CROSS JOIN LATERAL (SELECT {} FROM card_dependencies d "
-                          "WHERE d.card_id = c.id) x").format(sql.SQL(", ").join(
-            sql.SQL("{} AS {}").format(expr, sql.Identifier(name)) for name, expr in deps.items()))
+                          "WHERE d.card_id = c.id AND ({})) x").format(sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(expr, sql.Identifier(name)) for name, expr in deps.items()),
+            needed)
         dep_cols = sql.SQL(", ").join(sql.SQL("x.{}").format(sql.Identifier(n)) for n in deps)
     else:  # no dependency filter and no facets: no dependency row is read
         lateral = sql.SQL("")
@@ -358,10 +369,8 @@ def _search_statement(query: ListQuery, limit: int | None, *, page: bool,
         "SELECT c.id, c.family, c.origin, c.concepts, c.title, c.created_at, c.updated_at, "
         "{family} AS f_family, {origin} AS f_origin, {concepts} AS f_concepts, {dep_cols} "
         "FROM {source}{lateral} WHERE {cond}").format(
-        family=where(ListQuery(family=query.family)),
-        origin=where(ListQuery(origin=query.origin)),
-        concepts=where(ListQuery(concepts=query.concepts)), dep_cols=dep_cols,
-        source=source, lateral=lateral, cond=cond)
+        family=flags["family"], origin=flags["origin"], concepts=flags["concepts"],
+        dep_cols=dep_cols, source=source, lateral=lateral, cond=cond)
     parts: list[sql.Composable] = []
     if page:
         params.update(limit=query.per_page, offset=(query.page - 1) * query.per_page)
