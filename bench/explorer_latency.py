@@ -27,7 +27,8 @@ superuser URL, see ``bench/_archive.py``; no models, no index: the list page rea
    of the list page per scenario (``--plans`` with the plans).
 
 Text search differs by design: the explorer matches a case-insensitive substring of the card's
-visible text (title, scope, concepts, content values: migration 008's ``search_text``, ILIKE);
+visible text (title, scope, concepts, content values: migration 008's ``search_text``, stored
+lower-cased since 015 and matched as ``LIKE lower(pattern)``, which is ILIKE's own definition);
 Datasette's ``_search`` matches FTS5 tokens of title and content. The printed totals show both counts.
 """
 
@@ -299,7 +300,7 @@ def _ilike_in_place() -> Any:
 
     from shared.store import listing
 
-    originals = listing._list_where, listing.text_matches
+    originals = listing._list_where, listing.text_matches, listing.list_cards_and_facets
     function = _sql.SQL("c.id IN (SELECT card_text_matches(%(q_like)s))")
     ilike = _sql.SQL("(c.title ILIKE %(q_like)s OR c.content::text ILIKE %(q_like)s)")
 
@@ -310,11 +311,16 @@ def _ilike_in_place() -> Any:
     async def no_matches(conn: Any, query: Any) -> None:
         return None
 
+    async def by_parts(conn: Any, query: Any, limit: int = 30) -> Any:
+        found, total = await listing.list_cards(conn, query)
+        return found, total, await listing.facet_counts(conn, query, limit)
+
     listing._list_where, listing.text_matches = where, no_matches
+    listing.list_cards_and_facets = by_parts  # a statement per part, as before 015
     try:
         yield
     finally:
-        listing._list_where, listing.text_matches = originals
+        listing._list_where, listing.text_matches, listing.list_cards_and_facets = originals
 
 
 def _replace(composed: Any, old: Any, new: Any) -> Any:
@@ -451,9 +457,7 @@ async def explain(url: str, plans: bool) -> None:
             print(f"== {label}: {mine}")
             async with db.transaction(WORKSPACE, role="reader", read_only=True) as conn:
                 proxy = _Explaining(conn, plans)
-                matches = await listing.text_matches(proxy, query)
-                await listing.list_cards(proxy, query, matches)
-                await listing.facet_counts(proxy, query, matches=matches)
+                await listing.list_cards_and_facets(proxy, query)  # as the explorer's page
     finally:
         await db.close()
 

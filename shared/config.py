@@ -25,6 +25,8 @@
 | MEMARC_LEASE_SECONDS | projection lease length | 120 |
 | MEMARC_MAX_ATTEMPTS | failures before an operation is shown as failed | 5 |
 | MEMARC_WORKER_JOBS | concurrent projection jobs per worker | 2 |
+| MEMARC_DB_POOL_SIZE | most pooled PostgreSQL connections of one process | 8 |
+| MEMARC_DB_POOL_TIMEOUT_SECONDS | longest wait for a pooled connection, then 503 `pool_exhausted` | 5 |
 | MEMARC_PRIVACY_MAX_CHARS | longest text the privacy filter accepts; a longer card fails its projection (closed) | 500000 |
 | MEMARC_METRICS_TOKEN_FILE | a file holding the bearer token `GET /metrics` then requires | none (`/metrics` is open) |
 """
@@ -68,6 +70,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 5
     worker_jobs: int = 2
     lock_timeout_seconds: float = 10.0
+    db_pool_size: int = 8
+    db_pool_timeout_seconds: float = 5.0
     privacy_max_chars: int = 500_000
     metrics_token: str | None = None
 
@@ -176,6 +180,8 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "max_attempts": int(get("MEMARC_MAX_ATTEMPTS") or 5),
         "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
         "lock_timeout_seconds": float(get("MEMARC_LOCK_TIMEOUT_SECONDS") or 10),
+        "db_pool_size": _positive(get("MEMARC_DB_POOL_SIZE"), "MEMARC_DB_POOL_SIZE") or 8,
+        "db_pool_timeout_seconds": float(get("MEMARC_DB_POOL_TIMEOUT_SECONDS") or 5),
         "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
         "metrics_token": _metrics_token(metrics_token_file),
     }

@@ -96,6 +96,14 @@ class LockTimeout(Unavailable):
     code = "lock_timeout"
 
 
+class PoolExhausted(Unavailable):
+    """Every pooled PostgreSQL connection stayed in use for the whole pool wait
+    (``MEMARC_DB_POOL_TIMEOUT_SECONDS``): the server is reachable but this process is saturated
+    (``MEMARC_DB_POOL_SIZE`` connections busy); nothing was done, try again."""
+
+    code = "pool_exhausted"
+
+
 class SchemaOutdated(Unavailable):
     """The archive schema is missing or outdated: run `memarc migrate`."""
 

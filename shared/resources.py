@@ -69,6 +69,7 @@ class Resources:
         if not settings.database_url:
             raise ValueError("MEMARC_DATABASE_URL is not set")
         db = Database(settings.database_url, settings.db_schema,
+                      max_size=settings.db_pool_size, timeout=settings.db_pool_timeout_seconds,
                       lock_timeout=settings.lock_timeout_seconds)
         await db.open()
         if check_schema:

@@ -240,3 +240,130 @@ async def test_a_lock_held_too_long_is_a_503_lock_timeout_not_a_hang(make_env):
         r = await env.client.put(f"{BASE}/{card['id']}", headers=h,
                                  json={**CARD, "title": "changed", "revision": card["revision"]})
         assert r.status_code == 200, r.text
+
+
+class SlowIndex:
+    """Test seam for a slow index: the process's real index engine (the projection and the
+    collection are real), whose ``hybrid_query`` answers only after ``delay`` seconds, as a Qdrant
+    server under load would. There is no Qdrant server on the test machine to slow down with a
+    delaying proxy, so the delay is an ``asyncio.sleep`` before the real search (it blocks no
+    thread, like a network wait). Every other method is the wrapped engine's."""
+
+    def __init__(self, inner, delay: float) -> None:
+        self._inner = inner
+        self.delay = delay
+        self.searching = 0  # searches waiting for their answer right now
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    async def hybrid_query(self, *args, **kwargs):
+        import asyncio
+
+        self.searching += 1
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.searching -= 1
+        return await self._inner.hybrid_query(*args, **kwargs)
+
+
+async def test_slow_index_recalls_do_not_hold_up_a_card_update_or_a_list(make_env):
+    """Issue 14 / DESIGN §5: a recall embeds and searches before it takes the workspace lock and
+    a pooled connection. Eight concurrent recalls whose index answers after 3 s (as many as the
+    default pool has connections) do not delay a card update or a list of the same workspace by
+    more than a small bound, and every request succeeds (no ``database_unavailable``, no
+    ``pool_exhausted``, no ``lock_timeout``)."""
+    import asyncio
+    import time
+
+    from shared.resources import open_index
+
+    slow: list[SlowIndex] = []
+
+    def slow_index(settings):
+        slow.append(SlowIndex(open_index(settings), delay=3.0))
+        return slow[0]
+
+    async with make_env(index=slow_index) as env:
+        assert env.settings.db_pool_size == 8  # the default: eight recalls could take them all
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(BASE, json=CARD, headers=h)).json()["card"]
+        await env.drain()
+
+        async def one_recall() -> tuple[int, str, float]:
+            t0 = time.monotonic()
+            r = await env.client.post(f"{BASE}/search", headers=h, json={
+                "query": "how are bookings counted", "mode": "rules"})
+            return r.status_code, r.text, time.monotonic() - t0
+
+        recalls = [asyncio.create_task(one_recall()) for _ in range(8)]
+        deadline = time.monotonic() + 10
+        while slow[0].searching < 8:  # every recall has embedded and is waiting for the index
+            assert time.monotonic() < deadline, "the recalls never reached the index"
+            await asyncio.sleep(0.02)
+        t0 = time.monotonic()
+        r = await env.client.put(f"{BASE}/{card['id']}", headers=h,
+                                 json={**CARD, "title": "changed", "revision": card["revision"]})
+        update_took = time.monotonic() - t0
+        assert r.status_code == 200, r.text
+        t0 = time.monotonic()
+        r = await env.client.get(BASE, headers=h)
+        list_took = time.monotonic() - t0
+        assert r.status_code == 200 and r.json()["total"] == 1, r.text
+        assert update_took < 1.0 and list_took < 1.0, (update_took, list_took)
+        assert slow[0].searching == 8  # measured while all eight recalls were still searching
+        for status, text, took in await asyncio.gather(*recalls):
+            assert status == 200, text
+            assert took >= 3.0, took
+            # the update committed while they searched: verification dropped the old revision
+            # or found the new one, never served stale content
+            for hit in msgspec.json.decode(text)["results"]:
+                assert hit["card"]["revision"] == 2 or hit["card"]["title"] == "changed", hit
+
+
+async def test_an_exhausted_pool_is_a_503_pool_exhausted_not_a_hang(make_env):
+    """Issue 14: a request that waits for a pooled connection longer than
+    ``MEMARC_DB_POOL_TIMEOUT_SECONDS`` answers 503 ``pool_exhausted`` (not
+    ``database_unavailable``: PostgreSQL is up), writes nothing, and the same request succeeds
+    once a connection is free. The pool (``MEMARC_DB_POOL_SIZE=2``) is held by two real open
+    transactions."""
+    import asyncio
+    import time
+
+    async with make_env(db_pool_size=2, db_pool_timeout_seconds=1.0) as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await env.client.get(BASE, headers=h)  # the token is checked once: warm path
+        holding, release = asyncio.Event(), asyncio.Event()
+        held = 0
+
+        async def hold() -> None:
+            nonlocal held
+            async with env.resources.db.transaction("acme"):
+                held += 1
+                if held == 2:
+                    holding.set()
+                await release.wait()
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        await asyncio.wait_for(holding.wait(), 10)
+        try:
+            for method, url, body in (("GET", BASE, None), ("POST", BASE, CARD),
+                                      ("GET", "/readyz", None)):
+                t0 = time.monotonic()
+                r = await asyncio.wait_for(env.client.request(method, url, headers=h, json=body), 15)
+                waited = time.monotonic() - t0
+                assert r.status_code == 503 and r.json()["code"] == "pool_exhausted", r.text
+                assert 0.9 <= waited < 4, waited
+        finally:
+            release.set()
+            await asyncio.gather(*holders)
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 0  # the refused save wrote nothing
+        t0 = time.monotonic()
+        r = await env.client.post(BASE, json=CARD, headers=h)
+        assert r.status_code == 201, r.text
+        assert time.monotonic() - t0 < 1.0
+        r = await env.client.get(BASE, headers=h)
+        assert r.status_code == 200 and r.json()["total"] == 1

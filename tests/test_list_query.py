@@ -176,6 +176,8 @@ async def test_text_search_matches_the_visible_text_and_never_the_json(make_env,
                     "content": {"question": "Who are the top 5 customers?",
                                 "sql": "SELECT customer_id, sum(amount)\nFROM orders\n"
                                        "GROUP BY 1 ORDER BY 2 DESC LIMIT 5"}},
+            "Umlaut": {"family": "domain_clarification", "title": "ÜBER die Straße",
+                       "content": {"definition": "Die Größe ÄNDERT sich."}},
         }
         ids = {}
         for name, body in bodies.items():
@@ -196,6 +198,8 @@ async def test_text_search_matches_the_visible_text_and_never_the_json(make_env,
                 ("customer_id", ["Top"]), ("order by 2 desc", ["Top"]),
                 # content values still (any field), case-insensitive
                 ("GROWTH dashboards", ["Term"]), ("refunded", ["Net"]),
+                # beyond ASCII too (the stored text is lower-cased, the term too: migration 015)
+                ("über die", ["Umlaut"]), ("STRAßE", ["Umlaut"]), ("größe ändert", ["Umlaut"]),
                 # a term never spans two fields
                 ("orders filter", []), ("finance-team revenue", [])):
             with subtests.test(q=q):
@@ -257,7 +261,8 @@ def _recount(cards, query) -> dict[str, dict[str, int]]:
 
 async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env, subtests):
     """The one-statement facets of a text search agree with facets recounted here from the cards
-    themselves, for combinations of every filter (the one-entry rule included)."""
+    themselves, for combinations of every filter (the one-entry rule included), and the
+    explorer's one statement for page, total and facets agrees with the statements by part."""
     import itertools
 
     from shared.store import listing
@@ -276,11 +281,24 @@ async def test_facets_of_a_text_search_match_a_recount_of_the_cards(make_env, su
                     ("orders", "a", "o", "zzz"), ([], ["sql_rule"]), ([], ["sales"]),
                     ({}, {"database": "db1"}, {"database": "db1", "table": "orders"},
                      {"database": "db2"})):
-                query = ListQuery(q=q, family=family, concepts=concepts, **place)
-                with subtests.test(q=q, family=family, concepts=concepts, **place):
+                # every sort, both directions and two pages of two (the facets ignore them)
+                page = dict(sort=("updated", "created", "title", "family")[checked % 4],
+                            desc=(None, True, False)[checked % 3], per_page=2,
+                            page=1 + checked % 2)
+                query = ListQuery(q=q, family=family, concepts=concepts, **place, **page)
+                with subtests.test(q=q, family=family, concepts=concepts, **place, **page):
                     got = await listing.facet_counts(conn, query)
                     assert got == _recount(cards, query), query
                     for counts in got.values():
                         assert list(counts.values()) == sorted(counts.values(), reverse=True)
+                    # the explorer's one statement (migration 015) gives the same page, total
+                    # and facets as the search by ids and a statement for each part
+                    found, total, facets = await listing.list_cards_and_facets(conn, query)
+                    expected, expected_total = await listing.list_cards(
+                        conn, query, await listing.text_matches(conn, query))
+                    assert facets == got
+                    assert (total, [c.id for c in found]) == (expected_total,
+                                                              [c.id for c in expected])
+                    assert (found, total) == await listing.list_cards(conn, query)
                 checked += 1
             assert checked == 64

@@ -444,7 +444,8 @@ async def readyz(state: State) -> dict[str, Any]:
     PostgreSQL answers with the expected schema and Redis (the projection queue) answers;
     ``"status": "degraded"`` with ``"queue": "down"`` while Redis is unreachable (saves still
     commit, their projection waits); 503 ``database_unavailable`` / ``schema_outdated`` when
-    PostgreSQL is down or not migrated."""
+    PostgreSQL is down or not migrated, ``pool_exhausted`` when no pooled connection came free
+    within ``MEMARC_DB_POOL_TIMEOUT_SECONDS``."""
     await state.archive.db.check_schema()
     queue = "up" if await state.archive.queue.reachable() else "down"
     return {"status": "ready" if queue == "up" else "degraded",

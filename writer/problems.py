@@ -65,8 +65,8 @@ PROBLEM_RESPONSES: dict[int, Any] = {
     409: _spec("Conflict with the current state (stale revision, replayed id, running rebuild)."),
     413: _spec("The request body is over the route's limit (named in the body)."),
     422: _spec("The request is well-formed but invalid (a bound or a rule, named in the body)."),
-    503: _spec("A dependency is unavailable (code: database_unavailable, schema_outdated, "
-               "index_unavailable, ...)."),
+    503: _spec("A dependency is unavailable or saturated (code: database_unavailable, "
+               "schema_outdated, lock_timeout, pool_exhausted, index_unavailable, ...)."),
 }
 
 #: The import route also refuses a content encoding other than gzip.

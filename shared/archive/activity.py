@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from shared.auth import Principal
-from shared.errors import ArchiveError, DatabaseUnavailable
+from shared.errors import ArchiveError, DatabaseUnavailable, PoolExhausted
 from shared.models import parse_card_id
 from shared.store import activity_log
 from shared.store.database import Database
@@ -50,7 +50,8 @@ async def record_rejection(db: Database, principal: Principal, workspace: str, v
     """Record a rejected or failed ``verb`` in its own transaction, once per exception.
 
     Nothing is recorded when the principal belongs to another workspace, when the exception was
-    recorded already, or when PostgreSQL is the failing dependency (it cannot take the record).
+    recorded already, or when PostgreSQL or the pool is the failing dependency (it cannot take the
+    record).
     A failure to record is logged, never raised: the caller re-raises the original error.
 
     :returns: True when a record was written by this call.
@@ -61,8 +62,9 @@ async def record_rejection(db: Database, principal: Principal, workspace: str, v
         exc.activity_recorded = True  # type: ignore[attr-defined]
     except AttributeError:  # pragma: no cover - builtin exceptions without __dict__
         pass
-    if isinstance(exc, (DatabaseUnavailable, psycopg.OperationalError, psycopg.InterfaceError)):
-        return False  # PostgreSQL is what failed: a record would only wait for the pool
+    if isinstance(exc, (DatabaseUnavailable, PoolExhausted, psycopg.OperationalError,
+                        psycopg.InterfaceError)):
+        return False  # PostgreSQL (or the pool) is what failed: a record would only wait for it
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     try:
         async with db.transaction(workspace) as conn:

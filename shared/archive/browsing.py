@@ -95,11 +95,11 @@ async def list_page(db: Database, workspace: str, query: ListQuery, *,
     """
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
         await workspace_rows.get(conn, workspace)
-        matches = await listing.text_matches(conn, query)  # one search for every statement
-        page, total = await listing.list_cards(conn, query, matches)
         counts: dict[str, dict[str, int]] = {}
-        if facets:
-            counts = await listing.facet_counts(conn, query, matches=matches)
+        if not facets:
+            page, total = await listing.list_cards(conn, query)
+        else:  # with a text search: one statement for the page, its total and the facets
+            page, total, counts = await listing.list_cards_and_facets(conn, query)
             for name in counts:
                 for value in selected_values(query, name):
                     counts[name].setdefault(value, 0)

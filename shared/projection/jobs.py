@@ -19,8 +19,8 @@ from typing import Any
 from arq import Worker, cron
 
 from shared.projection.project import BATCH_SIZE, project_operations
-from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, OutageLog, job_id,
-                                     rebuild_job_id, redis_settings)
+from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, OutageLog,
+                                     is_queue_error, job_id, rebuild_job_id, redis_settings)
 from shared.projection.rebuild import rebuild_index
 from shared.errors import ArchiveError, DatabaseUnavailable
 from shared.resources import Resources
@@ -81,12 +81,20 @@ async def sweep(ctx: dict[str, Any]) -> int:
     """arq cron job: re-enqueue open operations (pending, or leased with an expired lease).
 
     Returns how many job ids were offered to the queue (duplicates of queued jobs are no-ops);
-    0 while PostgreSQL cannot be reached (logged once per outage).
+    0 while PostgreSQL cannot be reached (logged once per outage), and 0 when Redis goes away
+    while the sweep offers jobs (the worker's poll loop logs that outage once and reconnects;
+    the operations stay open in PostgreSQL for the next sweep), never a job failure with a
+    traceback per sweep.
     """
     try:
         return await _sweep(ctx)
     except DatabaseUnavailable as exc:
         _database_down(ctx, exc)
+        return 0
+    except Exception as exc:
+        if not is_queue_error(exc):
+            raise
+        log.debug("sweep cut short: the projection queue is unreachable (%s)", exc)
         return 0
 
 
@@ -180,8 +188,6 @@ async def stop_worker(worker: Worker, grace_seconds: float = 15.0) -> None:
         if task is not None and task.cancelling():
             raise  # we are being cancelled ourselves
     except Exception as exc:
-        from shared.projection.queue import is_queue_error
-
         if not is_queue_error(exc):
             raise
         log.warning("worker stopped while Redis is unreachable (heartbeat not removed): %s", exc)
@@ -206,8 +212,6 @@ async def supervise_worker(worker: Worker) -> None:
     Operations whose jobs were lost stay open in PostgreSQL; the sweep (run again at
     reconnection) re-enqueues them. Any other error ends the worker.
     """
-    from shared.projection.queue import is_queue_error
-
     delay = RECONNECT_FIRST_SECONDS
     lost = False
     startup = worker.on_startup

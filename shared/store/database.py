@@ -26,7 +26,8 @@ from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from shared.errors import DatabaseUnavailable, InvalidInput, LockTimeout, SchemaOutdated
+from shared.errors import (DatabaseUnavailable, InvalidInput, LockTimeout, PoolExhausted,
+                           SchemaOutdated)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,11 @@ RUNTIME_ROLE = "memarc_runtime"
 READER_ROLE = "memarc_reader"
 MIGRATOR_ROLE = "memarc_migrator"
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+#: seconds a pool checkout waits before it asks PostgreSQL directly whether it is there (when the
+#: pool is not simply busy): a server that went away is then a 503 within about this long
+PROBE_AFTER_SECONDS = 0.3
+#: libpq connect_timeout of that probe (libpq treats values below 2 as 2)
+PROBE_CONNECT_TIMEOUT = 2
 
 
 class _Queries:
@@ -106,6 +112,10 @@ class Database:
 
     :param url: libpq URL of the runtime login.
     :param schema: PostgreSQL schema of the archive tables.
+    :param max_size: most pooled connections (``MEMARC_DB_POOL_SIZE``).
+    :param timeout: seconds a request waits for a pooled connection before 503
+        ``pool_exhausted`` (``MEMARC_DB_POOL_TIMEOUT_SECONDS``).
+    :param lock_timeout: see :attr:`lock_timeout`.
     """
 
     def __init__(self, url: str, schema: str = "memory", *, min_size: int = 1, max_size: int = 8,
@@ -147,11 +157,19 @@ class Database:
     async def connection(self) -> AsyncIterator[AsyncConnection]:
         """A pooled connection; driver connection failures become :class:`DatabaseUnavailable`,
         a schema dropped or altered since start-up (:data:`SCHEMA_ERRORS`) :class:`SchemaOutdated`
-        (both 503)."""
+        (both 503).
+
+        :raises PoolExhausted: every pooled connection stayed in use for the pool's whole
+            ``timeout`` while PostgreSQL itself answers (503 ``pool_exhausted``).
+        :raises DatabaseUnavailable: PostgreSQL cannot be reached (within about
+            :data:`PROBE_AFTER_SECONDS` of the request when the server refuses connections).
+        :raises LockTimeout: a lock was not granted within ``lock_timeout``.
+        """
         if self._unreachable:
             await self._probe()
+        conn = await self._checkout()
         try:
-            async with self.pool.connection() as conn:
+            async with conn:
                 yield conn
         except psycopg.DataError as exc:  # a value PostgreSQL cannot store: bad input, not a 500
             raise InvalidInput(f"invalid value: {exc.diag.message_primary or exc}") from exc
@@ -161,24 +179,63 @@ class Database:
                               "try again") from exc
         except SCHEMA_ERRORS as exc:
             raise translate_schema_error(exc) from exc
-        except (PoolTimeout, psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if isinstance(exc, psycopg.errors.QueryCanceled):
                 raise
             self._unreachable = True
             raise translate_db_error(exc) from exc
+        finally:
+            await self.pool.putconn(conn)
+
+    def _saturated(self) -> bool:
+        """True when every connection the pool may hold exists and is checked out (a wait is
+        then for a busy pool, not for a server that refuses new connections)."""
+        stats = self.pool.get_stats()
+        return stats["pool_size"] >= self.pool.max_size and not stats["pool_available"]
+
+    async def _checkout(self) -> AsyncConnection:
+        """Take a connection from the pool, waiting at most ``timeout`` seconds in all.
+
+        A wait longer than :data:`PROBE_AFTER_SECONDS` while the pool is not saturated means the
+        pool cannot make connections: PostgreSQL is then probed directly, so a server that went
+        away is a 503 ``database_unavailable`` at once rather than after the whole pool wait. A
+        wait that outlasts ``timeout`` is classified by one more probe: the server answers, so
+        the pool is exhausted by requests in progress (``pool_exhausted``), or it does not
+        (``database_unavailable``).
+
+        :raises PoolExhausted / DatabaseUnavailable: see above.
+        """
+        first = min(PROBE_AFTER_SECONDS, self.timeout)
+        try:
+            return await self.pool.getconn(timeout=first)
+        except PoolTimeout:
+            if not self._saturated():
+                await self._probe()
+        try:
+            return await self.pool.getconn(timeout=max(0.01, self.timeout - first))
+        except PoolTimeout as exc:
+            await self._probe()
+            raise PoolExhausted(
+                f"all {self.pool.max_size} pooled PostgreSQL connections stayed in use for "
+                f"{self.timeout:g} s (MEMARC_DB_POOL_SIZE, MEMARC_DB_POOL_TIMEOUT_SECONDS); "
+                "try again") from exc
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self._unreachable = True
+            raise translate_db_error(exc) from exc
 
     async def _probe(self) -> None:
-        """While PostgreSQL is known to be unreachable: one direct connection attempt (refused at
-        once when the server is down), so that a request answers 503 in milliseconds rather than
-        after the pool's timeout; once it connects, the pool is used again (its broken
-        connections are discarded by its check).
+        """One direct connection attempt (refused at once when the server is down), so that a
+        request answers 503 in milliseconds rather than after the pool's timeout; while
+        PostgreSQL is known to be unreachable every request probes first, and once it connects
+        the pool is used again (its broken connections are discarded by its check).
 
-        :raises DatabaseUnavailable: PostgreSQL still cannot be reached.
+        :raises DatabaseUnavailable: PostgreSQL cannot be reached (and is then marked so).
         """
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=max(1, int(self.timeout)), application_name="memarc")
+                self.url, connect_timeout=PROBE_CONNECT_TIMEOUT, application_name="memarc")
         except (psycopg.OperationalError, OSError) as exc:
+            self._unreachable = True
             raise translate_db_error(exc) from exc
         await conn.close()
         self._unreachable = False

@@ -146,8 +146,8 @@ SELECT family, count(*) AS n FROM cards GROUP BY family ORDER BY family;
 -- ==== listing (shared/store/listing.py; the rest of a listing is composed there) ====
 -- name: card_text_matches
 -- Cards of the workspace whose visible text (title, scope, concepts, content values: the
--- search_text column of migration 008) matches an (escaped) ILIKE pattern; see migration 004 for
--- why this is a function.
+-- search_text column of migration 008, lower-cased by 015) matches an (escaped) ILIKE pattern,
+-- case-insensitively; see migration 004 for why this is a function.
 SELECT card_text_matches(%(pattern)s) AS id;
 
 -- ==== recall verification (shared/store/verification.py) ====
