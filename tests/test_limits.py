@@ -301,6 +301,9 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
                                             f"{BASE}/audit/repair", None, None, reader),
             ("POST", s + "/proposals"): (f"{SESSION}/proposals", {"proposals": [_proposal("k1")]},
                                          f"{SESSION}/proposals", {"proposals": []}, None),
+            ("POST", s + "/decisions"): (f"{SESSION}/decisions", {"decisions": [
+                                             {"card_id": card, "decision": "accepted"}]},
+                                         f"{SESSION}/decisions", {"decisions": []}, None),
             ("POST", s + "/review"): (f"{SESSION}/review", review, f"{SESSION}/review",
                                       {"review_id": "r1", "decline_all": True}, None),
             ("POST", s + "/solved-index"): (f"{SESSION}/solved-index", None,

@@ -48,11 +48,15 @@ async def audit(db: Database, index: IndexEngine, workspace: str, *, repair: boo
 
     :raises IndexUnavailable: the index cannot be read. :raises DatabaseUnavailable.
     """
-    points = await index.scroll_ids(workspace)
+    # PostgreSQL first, then the index: the worker writes a point before it records the
+    # operation done, so a card read here without an open operation has its point in the index
+    # by the time the index is read. (Read the other way round, an operation completing between
+    # the two reads made a current card look stale.)
     async with db.transaction(workspace, read_only=True) as conn:
         await workspaces.get(conn, workspace)
         rows = await outbox.card_projections(conn)
         open_deletes = await outbox.open_deletions(conn)
+    points = await index.scroll_ids(workspace)
     fmt = models.PROJECTION_FORMAT
     cards = {r["id"]: r for r in rows}
     missing, stale, pending, current = [], [], 0, 0
