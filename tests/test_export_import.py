@@ -258,7 +258,10 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
                 ("POST", f"{DST}/import", {"content": _file([dict(
                     IMPORTED[2], key="new", links=[{"target": "no-such-key"}])])}),
                 ("POST", f"{DST}/import", {"content": _file([dict(
-                    IMPORTED[2], key="loop", links=[{"target": "loop"}])])})):
+                    IMPORTED[2], key="loop", links=[{"target": "loop"}])])}),
+                # a blank key names nothing (no link can tell it from another blank one)
+                ("POST", f"{DST}/import", {"content": _file([dict(IMPORTED[2], key="   ")])}),
+                ("POST", f"{DST}/import", {"content": _file([dict(IMPORTED[2], key="\t")])})):
             r = await env.client.request(method, path, headers={**hd, **NDJSON}, **kw)
             assert 400 <= r.status_code < 500, (path, kw, r.status_code, r.text)
             assert r.headers["content-type"].startswith("application/problem+json"), r.text
@@ -266,7 +269,7 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
             changed = row_changes(before, archive_row_counts(conn))
             outcomes = [o for (o,) in conn.execute(
                 "SELECT outcome FROM memory.activity WHERE verb = 'import' ORDER BY id")]
-        assert changed == {"activity": 4}, changed  # the four rejected imports, nothing else
+        assert changed == {"activity": 6}, changed  # the six rejected imports, nothing else
         assert outcomes[0] == "ok" and all(o.startswith("rejected:") for o in outcomes[1:])
         # the use cases check too (whoever calls them)
         archive = env.resources.archive()

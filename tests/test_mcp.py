@@ -297,6 +297,8 @@ async def test_memarc_mcp_refuses_to_start_without_a_token_or_next_to_memarc_up(
         code, _, err = await run_cli(capsys, "mcp")
     assert code == 2 and json.loads(err)["code"] == "already_running"
     assert "/mcp" in json.loads(err)["error"]
+    # the running writer may serve on another port: the message points to what `memarc up` printed
+    assert "the `mcp` URL `memarc up` printed" in json.loads(err)["error"]
 
 
 def _innermost(error: BaseException) -> BaseException:
@@ -345,3 +347,40 @@ async def test_mcp_over_http_answers_unavailable_dependencies_with_their_codes(m
             finally:
                 await stop_server(server, task)
         await dead.close()
+
+
+async def test_mcp_http_checks_the_permission_before_the_arguments_and_offers_no_sse_stream(
+        make_env):
+    """A ``memory.read`` token calling ``propose`` (or ``get_card``) with bad arguments is told
+    403 ``forbidden``, as the API's guard answers before reading a body, never the arguments of
+    a tool it may not call (422); ``GET /mcp`` is a prompt 405 (a stateless endpoint sends no
+    server-initiated messages), not an empty event stream held open until the client leaves."""
+    import httpx
+
+    async with make_env() as env:
+        seeded = await _seed(env)
+        server, task, url = await start_server(create_app(env.settings, env.resources),
+                                               lifespan="on")
+        try:
+            token = seeded["tokens"]["memory.read"]
+            async with (create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+                        as http, streamable_http_client(f"{url}/mcp", http_client=http)
+                        as (read, write), ClientSession(read, write) as session):
+                await session.initialize()
+                for name, args in (("propose", {"session": "s1", "proposals": []}),
+                                   ("propose", {}), ("get_card", {"card_id": 3})):
+                    with pytest.raises(MCPError) as exc:
+                        await session.call_tool(name, args)
+                    assert _problem(exc)["code"] == "forbidden", (name, args)
+                    assert _problem(exc)["status"] == 403 and exc.value.error.code == -32050
+                result = await session.call_tool("search", {"query": QUERIES["search"], "top": 5})
+                assert result.structured_content == seeded["expected"]["search"]
+            async with httpx.AsyncClient(timeout=10) as client:
+                for headers in ({"Authorization": f"Bearer {token}"}, {}):
+                    r = await client.get(f"{url}/mcp", headers={
+                        **headers, "Accept": "text/event-stream",
+                        "MCP-Protocol-Version": "2025-11-25"})
+                    assert r.status_code == 405 and r.headers["allow"] == "POST"
+                    assert r.json()["error"]["code"] == -32600
+        finally:
+            await stop_server(server, task)

@@ -265,7 +265,8 @@ def build_server(archive_of: Callable[[], Archive], identify: Identify) -> Serve
     """The MCP server over the archive that ``archive_of`` returns, with the principal of each
     request from ``identify``.
 
-    ``tools/list``: the tools the principal's permissions allow. ``tools/call``: validate the
+    ``tools/list``: the tools the principal's permissions allow. ``tools/call``: check the
+    tool's permission (403 ``forbidden`` before any argument is read), validate the
     arguments with the API's structs, call the use case with the token's workspace, answer its
     result (:func:`_result`) or raise :func:`mcp_error` (an unknown tool is ``not_found``).
     """
@@ -289,6 +290,9 @@ def build_server(archive_of: Callable[[], Archive], identify: Identify) -> Serve
             principal = await identify(ctx)
             if spec is None:
                 raise NotFound(f"no tool {params.name!r} (tools: {', '.join(TOOLS_BY_NAME)})")
+            # as the API's guard: the permission before the arguments, so that a token never
+            # learns the arguments of a tool it may not call (403, not 422)
+            principal.require(principal.workspace, spec.permission)
             args = models.convert(params.arguments or {}, spec.arguments)
             return _result(await spec.call(archive_of(), principal, args))
         except Exception as exc:  # noqa: BLE001 - every error is answered as an MCP error
@@ -341,6 +345,11 @@ class McpHttpEndpoint:
             yield
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("method") == "GET":
+            # Stateless: no server-initiated messages, so no SSE stream to offer (the SDK would
+            # hold an empty one open until the client leaves); the transport's spec allows 405.
+            await _send_method_not_allowed(send)
+            return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         client = scope.get("client")
@@ -353,6 +362,17 @@ class McpHttpEndpoint:
             return
         await self.session_manager.handle_request({**scope, PRINCIPAL_SCOPE_KEY: principal},
                                                   receive, send)
+
+
+async def _send_method_not_allowed(send: Any) -> None:
+    """Answer ``GET /mcp``: 405 with ``Allow: POST`` and a JSON-RPC error (id null)."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "Method Not Allowed: this stateless endpoint offers no SSE "
+                                   "stream; send JSON-RPC messages with POST"}}).encode()
+    await send({"type": "http.response.start", "status": 405, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"allow", b"POST")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _send_rejection(send: Any, error: MCPError) -> None:

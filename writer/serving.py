@@ -260,8 +260,9 @@ def run_writer(host: str, port: int) -> None:
 
 MCP_EMBEDDED_REFUSAL = (
     "the embedded index under {data_dir} is in use by another process (`memarc up`, or another "
-    "`memarc mcp`): use that writer's MCP endpoint over HTTP (http://127.0.0.1:8000/mcp with "
-    "the Authorization header), or set MEMARC_QDRANT_URL")
+    "`memarc mcp`): use that writer's MCP endpoint over HTTP with the Authorization header (the "
+    "`mcp` URL `memarc up` printed: http://127.0.0.1:8000/mcp unless it was started with "
+    "another --port), or set MEMARC_QDRANT_URL")
 
 
 def run_mcp() -> None:

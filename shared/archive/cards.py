@@ -545,7 +545,8 @@ class Archive:
         key of a card of the workspace, else the id of one. A key that is a card id in another
         spelling is read as ``mem-<uuid>`` (as links are).
 
-        :raises InvalidInput: a line is invalid (its number and key are named), duplicate keys,
+        :raises InvalidInput: a line is invalid (its number and key are named), a blank key
+            (whitespace only), duplicate keys,
             a link to no card of the file or the workspace, a link to itself, a family that
             would change (``update``), more than 20,000 cards, another ``on_conflict``.
         """
@@ -562,6 +563,9 @@ class Archive:
                 validate_card_write(card)
             except InvalidInput as exc:
                 raise InvalidInput(f"line {n} (key {card.key!r}): {exc.message}") from exc
+            if not card.key.strip():  # it could be named by no link, nor told from another
+                raise InvalidInput(f"line {n}: the key is blank (a key names its card in "
+                                   "links and in later imports: give it visible characters)")
             card.key = models.normalize_card_ref(card.key)  # the spelling links use
             if card.key in line_of:
                 raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
