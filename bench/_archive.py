@@ -4,6 +4,8 @@ PostgreSQL comes from ``MEMARC_BENCH_DATABASE_URL`` (a superuser URL), else
 ``MEMARC_TEST_DATABASE_URL``, else ``postgresql://postgres@127.0.0.1:5432/postgres``. The index
 is qdrant-client's local mode in a temporary folder (or ``MEMARC_QDRANT_URL``). Models come from
 ``MEMARC_DENSE_MODEL_PATH`` / ``MEMARC_BM25_MODEL_PATH`` or ``../shared/models``.
+``MEMARC_BENCH_PREFIX`` (default empty) is put before every database name, so that two sessions
+running the same benchmark on one server do not drop each other's databases.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class BenchArchive:
 async def build(name: str, cards: list[ImportCard], workspace: str = "bench") -> BenchArchive:
     """A fresh database ``memarc_bench_<name>`` with ``cards`` imported and fully projected."""
     base = admin_url()
-    dbname = f"memarc_bench_{name}"
+    dbname = f"memarc_bench_{os.environ.get('MEMARC_BENCH_PREFIX', '')}{name}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{dbname}"')

@@ -1,12 +1,14 @@
 """Candidate fusion profiles for ``rules`` mode on BIRD clause recall (a), leave-one-out folds as
 in ``bench/recall_quality.py``: r@1 / r@5 / MRR@10 of every candidate on the TUNE and the REPORT
 databases (choose on TUNE; REPORT is printed to report the choice, not to make it). Run:
-``.venv/bin/python bench/tune_rules_profile.py`` (about 5 minutes: two archives, 15 profiles).
+``.venv/bin/python bench/tune_rules_profile.py --round 1|2`` (round 1: 22 profiles, about 15
+minutes on a busy machine; round 2: 12 profiles around round 1's best).
 Columns: T/R = TUNE/REPORT, db/ws = database filter or workspace-wide, al/sh = all pairs or
 clauses linked by two or more questions."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import time
@@ -16,32 +18,67 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive import build  # noqa: E402
 from bench.recall_quality import BIRD_REPORT, _database_of, _rank, bird_cards, metrics  # noqa: E402
-from shared.index.engine import BM25, DENSE, KEY, KEY_BM25  # noqa: E402
+from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25  # noqa: E402
 from shared.models import Filters, SearchRequest  # noqa: E402
 from shared.recall.fusion import FusionProfile  # noqa: E402
 from shared.recall.verified import recall  # noqa: E402
 from shared.store import cards as card_store  # noqa: E402
 
 
-def P(m: str, k: float, d: float, b: float, kb: float) -> FusionProfile:
-    """A profile over (key, dense, bm25, key_bm25)."""
-    return FusionProfile(method=m, weights={KEY: k, DENSE: d, BM25: b, KEY_BM25: kb})
+def P(m: str, k: float, d: float, b: float, kb: float, o: float = 0.0, ob: float = 0.0
+      ) -> FusionProfile:
+    """A profile over (key, dense, bm25, key_bm25, own, own_bm25); a zero weight drops the
+    branch."""
+    w = {KEY: k, DENSE: d, BM25: b, KEY_BM25: kb, OWN: o, OWN_BM25: ob}
+    return FusionProfile(method=m, weights={n: x for n, x in w.items() if x})
 
 
-#: the second round of candidates (the first round, with key weight 0 and RRF variants, is
-#: summarised in bench/README.md)
-CANDS = {
- "current dbsf 1/4/4/4": P("dbsf",1,4,4,4), "dbsf 1/1/1/1": P("dbsf",1,1,1,1),
- "dbsf 1/0/0/1": P("dbsf",1,0,0,1), "rrf 1/0/0/1": P("rrf",1,0,0,1),
- "dbsf 2/1/1/2": P("dbsf",2,1,1,2), "dbsf 4/1/1/4": P("dbsf",4,1,1,4), "rrf 2/1/1/2": P("rrf",2,1,1,2),
- "dbsf 1/.5/.5/1": P("dbsf",1,.5,.5,1), "dbsf 1/0/1/1": P("dbsf",1,0,1,1), "dbsf 1/1/0/1": P("dbsf",1,1,0,1),
- "dbsf 1/0/0/0": P("dbsf",1,0,0,0), "dbsf 0/0/0/1": P("dbsf",0,0,0,1), "dbsf 2/1/1/1": P("dbsf",2,1,1,1),
- "dbsf 1/1/1/2": P("dbsf",1,1,1,2), "rrf 2/1/1/1": P("rrf",2,1,1,1),
+#: the candidates of projection format 4 (own-text vectors); format 3's two rounds over the first
+#: four branches are summarised in bench/README.md. ``own`` + ``own_bm25`` at (1, 1) is the
+#: peers' DBSF / RRF (format 2's text), measured in the same run.
+ROUND_1 = {
+ "f3 current 1/4/4/4/0/0": P("dbsf", 1, 4, 4, 4),
+ "peer dbsf 0/0/0/0/1/1": P("dbsf", 0, 0, 0, 0, 1, 1),
+ "peer rrf 0/0/0/0/1/1": P("rrf", 0, 0, 0, 0, 1, 1),
+ "dbsf 1/0/0/1/1/1": P("dbsf", 1, 0, 0, 1, 1, 1),
+ "rrf 1/0/0/1/1/1": P("rrf", 1, 0, 0, 1, 1, 1),
+ "dbsf .5/0/0/.5/1/1": P("dbsf", .5, 0, 0, .5, 1, 1),
+ "dbsf 1/0/0/1/2/2": P("dbsf", 1, 0, 0, 1, 2, 2),
+ "dbsf 2/0/0/2/1/1": P("dbsf", 2, 0, 0, 2, 1, 1),
+ "dbsf 1/0/0/0/1/1": P("dbsf", 1, 0, 0, 0, 1, 1),
+ "dbsf 0/0/0/1/1/1": P("dbsf", 0, 0, 0, 1, 1, 1),
+ "dbsf .5/0/0/0/1/1": P("dbsf", .5, 0, 0, 0, 1, 1),
+ "dbsf 1/.5/.5/1/1/1": P("dbsf", 1, .5, .5, 1, 1, 1),
+ "dbsf .5/.5/.5/.5/1/1": P("dbsf", .5, .5, .5, .5, 1, 1),
+ "dbsf 0/.5/.5/0/1/1": P("dbsf", 0, .5, .5, 0, 1, 1),
+ "dbsf 0/.25/.25/0/1/1": P("dbsf", 0, .25, .25, 0, 1, 1),
+ "dbsf 1/1/1/1/1/1": P("dbsf", 1, 1, 1, 1, 1, 1),
+ "dbsf 0/0/0/0/1/2": P("dbsf", 0, 0, 0, 0, 1, 2),
+ "dbsf 0/0/0/0/2/1": P("dbsf", 0, 0, 0, 0, 2, 1),
+ "dbsf .5/0/0/.5/1/2": P("dbsf", .5, 0, 0, .5, 1, 2),
+ "dbsf .5/0/0/.5/2/1": P("dbsf", .5, 0, 0, .5, 2, 1),
+ "rrf .5/0/0/.5/1/1": P("rrf", .5, 0, 0, .5, 1, 1),
+ "dbsf .25/0/0/.25/1/1": P("dbsf", .25, 0, 0, .25, 1, 1),
 }
+#: the second round, around round 1's best on TUNE (.5/0/0/.5/2/1), with the peers again
+ROUND_2 = {
+ "peer dbsf 0/0/0/0/1/1": P("dbsf", 0, 0, 0, 0, 1, 1),
+ "peer rrf 0/0/0/0/1/1": P("rrf", 0, 0, 0, 0, 1, 1),
+ "dbsf .5/0/0/.5/2/1": P("dbsf", .5, 0, 0, .5, 2, 1),
+ "dbsf .5/.25/.25/.5/2/1": P("dbsf", .5, .25, .25, .5, 2, 1),
+ "dbsf .5/0/.25/.5/2/1": P("dbsf", .5, 0, .25, .5, 2, 1),
+ "dbsf .5/0/0/.5/3/1": P("dbsf", .5, 0, 0, .5, 3, 1),
+ "dbsf .25/0/0/.25/2/1": P("dbsf", .25, 0, 0, .25, 2, 1),
+ "dbsf .5/0/0/.5/2/1.5": P("dbsf", .5, 0, 0, .5, 2, 1.5),
+ "dbsf .5/0/0/.5/2/.5": P("dbsf", .5, 0, 0, .5, 2, .5),
+ "dbsf .5/0/0/0/2/1": P("dbsf", .5, 0, 0, 0, 2, 1),
+ "dbsf 0/0/0/.5/2/1": P("dbsf", 0, 0, 0, .5, 2, 1),
+ "dbsf 1/0/0/.5/2/1": P("dbsf", 1, 0, 0, .5, 2, 1),
+}
+ROUNDS = {"1": ROUND_1, "2": ROUND_2}
 
 
-
-async def main() -> None:
+async def main(cands: dict[str, FusionProfile]) -> None:
     cards = bird_cards(); by_key = {c.key: c for c in cards}
     solved = [c for c in cards if c.family == "solved_question"]
     per = defaultdict(lambda: defaultdict(list))
@@ -69,7 +106,7 @@ async def main() -> None:
                     for scope, database in (("ws", None), ("db", db)):
                         req = SearchRequest(query=s.content["question"], top=10, mode="rules",
                                             filters=Filters(database=database) if database else None)
-                        for name, prof in CANDS.items():
+                        for name, prof in cands.items():
                             got = await recall(res.db, res.index, res.embedder, bench.principal, bench.workspace, req, profile=prof)
                             r = _rank(got, ids[clause.key])
                             per[(half, scope, "all")][name].append(r)
@@ -77,8 +114,8 @@ async def main() -> None:
                                 per[(half, scope, "shared")][name].append(r)
         finally:
             await bench.close()
-    for name in CANDS:
-        row = [name.ljust(22)]
+    for name in cands:
+        row = [name.ljust(24)]
         for half in ("TUNE", "REPORT"):
             for scope, kind in (("db", "all"), ("ws", "all"), ("db", "shared")):
                 m = metrics(per[(half, scope, kind)][name])
@@ -87,4 +124,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--round", choices=sorted(ROUNDS), default="2",
+                    help="which round of candidates (default: the second)")
+    asyncio.run(main(ROUNDS[ap.parse_args().round]))

@@ -41,8 +41,9 @@ MAX_BODY_BYTES = 1_000_000
 #: that records the change. Read it as ``models.PROJECTION_FORMAT`` when it is used, never copy
 #: it at import time (a test raises it with ``monkeypatch``).
 #: 1: migrations/002; 2: the privacy filter redacts secrets in the text and payload (migrations/005);
-#: 3: four named vectors and linked questions (shared/projection/documents.py, migrations/006).
-PROJECTION_FORMAT = 3
+#: 3: four named vectors and linked questions (shared/projection/documents.py, migrations/006);
+#: 4: two more named vectors on the card's own text, without linked questions (migrations/014).
+PROJECTION_FORMAT = 4
 
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
 FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
@@ -252,7 +253,8 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
 class Retrieval(msgspec.Struct, omit_defaults=True):
     """Why a result was returned: the strongest link path and, for seeds, the seed rank and the
     rank in each branch that found it (absent: not found by that branch, or not searched by the
-    mode): ``dense`` and ``bm25`` on the card's text, ``key`` and ``key_bm25`` on its key text."""
+    mode): ``dense`` and ``bm25`` on the card's text, ``key`` and ``key_bm25`` on its key text,
+    ``own`` and ``own_bm25`` on its own text (without linked questions)."""
 
     path: list[str]
     seed_rank: int | None = None
@@ -260,6 +262,8 @@ class Retrieval(msgspec.Struct, omit_defaults=True):
     bm25_rank: int | None = None
     key_rank: int | None = None
     key_bm25_rank: int | None = None
+    own_rank: int | None = None
+    own_bm25_rank: int | None = None
 
 
 class RecallResult(msgspec.Struct):

@@ -169,9 +169,12 @@ async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
     dense, sparse = await embedder.embed_documents(texts, "en")
     keys = await embedder.embed_texts([t.split(":")[0] for t in texts],
                                       [t.split(":")[0] for t in texts], "en")
+    # format 4's own-text vectors: another text of each card (its first four words)
+    owns = await embedder.embed_texts([" ".join(t.split()[:4]) for t in texts],
+                                      [" ".join(t.split()[:4]) for t in texts], "en")
     points = [
-        PointIn(id=uuid.UUID(int=i + 1), dense={"dense": d, "key": keys[0][i]},
-                sparse={"bm25": s, "key_bm25": keys[1][i]}, payload={
+        PointIn(id=uuid.UUID(int=i + 1), dense={"dense": d, "key": keys[0][i], "own": owns[0][i]},
+                sparse={"bm25": s, "key_bm25": keys[1][i], "own_bm25": owns[1][i]}, payload={
             "workspace": "acme", "family": fam, "scope": scope, "concepts": concepts,
             "deps": deps, "revision": 1, "format": PROJECTION_FORMAT})
         for i, ((fam, scope, concepts, deps, _), d, s) in enumerate(zip(CONGRUENCE_CARDS, dense, sparse))

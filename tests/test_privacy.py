@@ -286,7 +286,7 @@ async def test_projection_sends_only_redacted_text_and_payload(make_env, embedde
         # what the index stores
         points = await env.resources.index.scroll_ids("acme")
         pl = points[uuid.UUID(card["id"][4:])]
-        assert SECRET_PW not in json.dumps(pl) and pl["format"] == models.PROJECTION_FORMAT == 3
+        assert SECRET_PW not in json.dumps(pl) and pl["format"] == models.PROJECTION_FORMAT == 4
         assert pl["scope"] == "warehouse password=[REDACTED:password]"
         # the BM25 vector has no term of the secret; an ordinary word of the card is there
         assert await _bm25_hits(env, "acme", SECRET_PW.lower()) == []
@@ -485,7 +485,7 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
                                               privacy=PrivacyFilter(rules=()))
             assert report.failed == 0
     with psycopg.connect(env.migrator_url, autocommit=True) as conn:
-        # back to before migration 005 (and 006, which came after it)
+        # back to before migration 005 (and 006, which came after it; 014 applies again as it is)
         conn.execute("DELETE FROM memory.schema_migrations WHERE version >= 5")
         conn.execute("DELETE FROM memory.projection_formats WHERE format >= 2")
         for name in ("card_links_inserted_requeue ON memory.card_links",

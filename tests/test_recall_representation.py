@@ -1,17 +1,30 @@
-"""Projection format 3 (issue 13): the key vectors, the questions of linking solved cards in a
-clarification's projection (kept consistent through the outbox in the same transaction), and the
-model fingerprint that makes a collection built with other model files incompatible."""
+"""Projection formats 3 and 4 (issue 13): the key vectors, the questions of linking solved cards
+in a clarification's projection (kept consistent through the outbox in the same transaction), the
+model fingerprint that makes a collection built with other model files incompatible, and format
+4's own-text vectors (the card without its linked questions, searched by ``rules`` mode;
+migration 014 re-queues every card)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
+import msgspec
+import psycopg
 import pytest
 
+from shared import models
 from shared.config import load_settings
 from shared.index.embedding import Embedder
+from shared.index.engine import (ARCHIVE_DENSE, ARCHIVE_SPARSE, BM25, DENSE, KEY, KEY_BM25, OWN,
+                                 OWN_BM25)
+from shared.models import Card, Dependency
+from shared.projection.documents import (content_text, projected_document, projected_text,
+                                         vector_texts)
+from shared.store.migrations import migrate
 from helpers import model_env, skip_or_fail
 
 BASE = "/api/workspaces/acme/memory"
@@ -230,3 +243,140 @@ async def test_an_italian_workspace_can_have_a_dense_model_of_its_own(make_env, 
             assert await env.resources.index.check_collection(ws, layout)
         with pytest.raises(Exception, match="fingerprint"):
             await env.resources.index.check_collection("ditta", en)
+
+
+# ---- projection format 4: the card's own text as two more named vectors (migration 014) ----
+
+RULE = {"family": "sql_rule", "title": "Elderly patients",
+        "content": {"rule": "An elderly patient is one with age > 65: filter patient.age > 65."},
+        "dependencies": [{"database": "clinic", "schema": "public", "table": "patient",
+                          "column": "age"}]}
+
+
+def _card(**fields) -> Card:
+    now = datetime.now(timezone.utc)
+    base = dict(id=f"mem-{uuid.uuid4()}", workspace="acme", family="sql_rule", title="t",
+                scope=None, origin="manual", source=None, concepts=[], dependencies=[], links=[],
+                content={"rule": "r"}, revision=1, created_at=now, updated_at=now)
+    return Card(**{**base, **fields})
+
+
+def test_format_4_own_vectors_hold_the_card_without_its_linked_questions():
+    """``own`` / ``own_bm25`` are the card's own text; ``dense`` / ``bm25`` add the questions of
+    the linking solved cards; without linked questions both pairs are the same text (embedded
+    once by the projection, which embeds distinct texts)."""
+    assert set(ARCHIVE_DENSE) == {DENSE, KEY, OWN} and set(ARCHIVE_SPARSE) == {BM25, KEY_BM25,
+                                                                             OWN_BM25}
+    rule = _card(title=RULE["title"], content=RULE["content"], scope="reporting",
+                 dependencies=[Dependency("clinic", "public", "patient", "age")])
+    texts = vector_texts(rule, ["How many senior patients are there?"])
+    assert set(texts) == {*ARCHIVE_DENSE, *ARCHIVE_SPARSE}
+    own = projected_text(rule)
+    assert texts[OWN] == texts[OWN_BM25] == own
+    assert "senior" not in own and "Elderly patients" in own and "reporting" in own
+    assert "clinic.public.patient.age" in own
+    assert texts[DENSE] == texts[BM25] == own + "\nHow many senior patients are there?"
+    assert texts[KEY] == texts[KEY_BM25] == RULE["content"]["rule"]
+    alone = vector_texts(rule, [])
+    assert alone[OWN] == alone[DENSE] and alone[OWN_BM25] == alone[BM25]
+    solved = _card(family="solved_question", title="How many patients?",
+                   content={"question": "How many patients?", "sql": "SELECT count(*) FROM p"})
+    texts = vector_texts(solved, ["ignored"])
+    assert texts[OWN] == texts[DENSE] == content_text(solved)
+    assert texts[OWN_BM25] == texts[BM25] == projected_text(solved)
+    _, pl = projected_document(rule)
+    assert pl["format"] == models.PROJECTION_FORMAT == 4
+
+
+async def test_rules_mode_searches_the_rules_own_text(make_env):
+    """A rule linked by solved questions on other subjects: ``search`` finds it through their
+    words (document expansion), ``rules`` mode ranks it by its own text (its profile searches
+    ``own`` and ``own_bm25``, not the expanded ``dense`` / ``bm25``)."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        rule = await _create(env, h, RULE)
+        await _create(env, h, {"family": "sql_rule", "title": "Admissions per year",
+                               "content": {"rule": "Count admissions by admission.year."}})
+        await _create(env, h, _solved("Which wards had flu outbreaks in winter?", [rule["id"]]))
+        await env.drain()
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "flu outbreaks in winter", "mode": "search"})
+        found = {x["card"]["id"]: x["retrieval"] for x in r.json()["results"]}
+        assert found[rule["id"]].get("bm25_rank") == 1  # the linked question's words
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "patients older than 65", "mode": "rules"})
+        assert r.status_code == 200, r.text
+        top = r.json()["results"][0]
+        assert top["card"]["id"] == rule["id"]
+        branches = {k for k, v in top["retrieval"].items() if k.endswith("_rank") and v}
+        assert {"own_rank", "own_bm25_rank"} <= branches
+        assert not branches & {"dense_rank", "bm25_rank"}  # rules mode: the own text only
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "flu outbreaks in winter", "mode": "rules"})
+        ranks = {x["card"]["id"]: x["retrieval"] for x in r.json()["results"]}
+        assert ranks.get(rule["id"], {}).get("own_bm25_rank") is None  # not its own words
+
+
+async def test_migration_014_requeues_every_card_and_recall_drops_format_3_points(
+        make_env, monkeypatch):
+    """Points projected as format 3 (the payload's and the record's format), the database taken
+    back to before 014: the migration queues an upsert of every card, recall excludes the old
+    points until the worker re-projects them as format 4 with all six vectors."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        rule = await _create(env, h, RULE)
+        solved = await _create(env, h, _solved("How many elderly patients?", [rule["id"]]))
+        with monkeypatch.context() as m:
+            m.setattr(models, "PROJECTION_FORMAT", 3)
+            await env.drain()
+        points = await env.resources.index.scroll_ids("acme")
+        assert {p["format"] for p in points.values()} == {3} and len(points) == 2
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM memory.schema_migrations WHERE version = 14")
+            conn.execute("DELETE FROM memory.projection_formats WHERE format = 4")
+        assert migrate(env.migrator_url, "memory") == ["014_own_text_vectors"]
+        ops = env.scalar("SELECT array_agg(card_id::text ORDER BY card_id) FROM "
+                         "memory.projection_ops WHERE op = 'upsert' AND status = 'pending'")
+        assert ops == sorted([rule["id"][4:], solved["id"][4:]])
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "elderly patients", "mode": "rules"})
+        assert r.json()["results"] == [] and r.json()["excluded"] == 1
+        await env.drain()
+        points = await env.resources.index.scroll_ids("acme")
+        assert {p["format"] for p in points.values()} == {4}
+        for card in (rule, solved):
+            shown = (await env.client.get(f"{BASE}/{card['id']}", headers=h)).json()["card"]
+            assert shown["index_status"] == "current"
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "elderly patients", "mode": "rules"})
+        assert [x["card"]["id"] for x in r.json()["results"]] == [rule["id"]]
+        assert r.json()["results"][0]["retrieval"].get("own_bm25_rank") == 1
+
+
+@pytest.mark.both_engines
+async def test_a_format_3_collection_is_incompatible_until_rebuilt_with_six_vectors(make_env):
+    """A collection with format 3's four vectors: recall is 503 ``index_incompatible`` and
+    writes stay pending until ``index`` rebuilds it with the own-text vectors."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        rule = await _create(env, h, RULE)
+        await env.drain()
+        index, current = env.resources.index, env.resources.embedder.layout("en")
+        old = msgspec.structs.replace(current, dense=(DENSE, KEY), sparse=(BM25, KEY_BM25))
+        await index.switch_collection("acme", await index.create_rebuild_collection("acme", old))
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "elderly patients", "mode": "rules"})
+        assert r.status_code == 503 and r.json()["code"] == "index_incompatible", r.text
+        assert "vectors" in r.json()["detail"]
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        assert r.status_code == 202, r.text
+        await env.drain()
+        assert (await env.client.get(f"{BASE}/index/{r.json()['id']}", headers=h)).json()[
+            "status"] == "done"
+        assert await index.check_collection("acme", current)
+        r = await env.client.post(f"{BASE}/search", headers=h,
+                                  json={"query": "elderly patients", "mode": "rules"})
+        assert r.status_code == 200 and r.json()["results"][0]["card"]["id"] == rule["id"]

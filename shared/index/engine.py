@@ -27,8 +27,10 @@ DENSE = "dense"          # the card's text (dense), with the questions of the so
 KEY = "key"              # the card's key text (dense): the question, the term, the rule, the error
 BM25 = "bm25"            # the card's text (BM25), with the same linked questions
 KEY_BM25 = "key_bm25"    # the key text (BM25)
-ARCHIVE_DENSE = (DENSE, KEY)
-ARCHIVE_SPARSE = (BM25, KEY_BM25)
+OWN = "own"              # the card's own text (dense), without the linked questions
+OWN_BM25 = "own_bm25"    # the card's own text (BM25)
+ARCHIVE_DENSE = (DENSE, KEY, OWN)
+ARCHIVE_SPARSE = (BM25, KEY_BM25, OWN_BM25)
 
 
 class SparseVector(msgspec.Struct, frozen=True):

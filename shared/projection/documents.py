@@ -1,13 +1,14 @@
-"""What leaves PostgreSQL for a card (DESIGN §4, projection format 3): the text of each named
+"""What leaves PostgreSQL for a card (DESIGN §4, projection format 4): the text of each named
 vector and the point payload, through the privacy filter.
 
-The four named vectors (:data:`shared.index.engine.ARCHIVE_DENSE` / ``ARCHIVE_SPARSE``):
+The six named vectors (:data:`shared.index.engine.ARCHIVE_DENSE` / ``ARCHIVE_SPARSE``):
 
 | vector | text |
 | --- | --- |
 | ``key`` (dense), ``key_bm25`` (BM25) | the key text, what a new request is compared with: a solved question's question, a clarification's term and definition, a rule's rule, an explained error's error (:func:`key_text`) |
 | ``dense`` | a solved question: its content (question, SQL, context; :func:`content_text`); a clarification or a rule: the card's text plus the questions of the solved cards that link to it (document expansion); an explained error: the card's text |
 | ``bm25`` | the card's text (:func:`projected_text`), plus the same linked questions for a clarification or a rule |
+| ``own`` (dense), ``own_bm25`` (BM25) | format 4: the texts of ``dense`` and ``bm25`` without the linked questions, the card's own words (identical to them, and embedded once, for every card without linked questions) |
 
 Why (``bench/README.md``, recall quality, measured on data it was not tuned on): a reworded
 question is closer to the stored question than to question + SQL + context, so the key vector
@@ -18,6 +19,9 @@ document expansion of Nogueira et al., "Document Expansion by Query Prediction" 
 real past questions instead of predicted ones. Those questions change the clarification's
 projection: a database trigger (migration 006) queues its re-projection in the same
 transaction as any change of a linking solved card or of the links themselves.
+
+The same questions dilute a rule's text for a question that did not come through them: ``rules``
+mode searches the own-text vectors instead (format 4, migration 014; ``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared import models
-from shared.index.engine import BM25, DENSE, KEY, KEY_BM25
+from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 
@@ -81,12 +85,14 @@ def key_text(card: Card) -> str:
 def vector_texts(card: Card, linked_questions: list[str]) -> dict[str, str]:
     """The text of each named vector of ``card`` (see the module docstring); ``linked_questions``
     are the questions of the solved cards linking to it (ignored for families not expanded)."""
-    text = projected_text(card)
+    own = projected_text(card)
+    text = own
     if card.family in EXPANDED_FAMILIES and linked_questions:
-        text = "\n".join([text, *linked_questions[:MAX_LINKED_QUESTIONS]])
-    dense = content_text(card) if card.family == "solved_question" else text
+        text = "\n".join([own, *linked_questions[:MAX_LINKED_QUESTIONS]])
+    solved = card.family == "solved_question"
     key = key_text(card)
-    return {DENSE: dense, KEY: key, BM25: text, KEY_BM25: key}
+    return {DENSE: content_text(card) if solved else text, KEY: key, BM25: text, KEY_BM25: key,
+            OWN: content_text(card) if solved else own, OWN_BM25: own}
 
 
 def payload(card: Card) -> dict[str, Any]:

@@ -12,12 +12,16 @@ the tuning data for every mode.
   reworded question is compared with stored questions first.
 - ``search``: all four vectors, BM25 on the card's text (with the questions of the solved cards
   that link to it) weighted highest.
-- ``rules``: as ``search``.
+- ``rules`` (projection format 4): the key vectors and the card's own text (``own``,
+  ``own_bm25``: without the questions of the linking solved cards, which dilute a rule's words
+  for a request that did not come through them), own dense weighted highest; chosen on BIRD
+  clause recall's TUNE databases with ``bench/tune_rules_profile.py`` (31 candidates in two
+  rounds; the peers' DBSF and RRF of format 2's text were candidates too).
 """
 
 from __future__ import annotations
 
-from shared.index.engine import BM25, DENSE, KEY, KEY_BM25
+from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25
 from shared.recall.fusion import FusionProfile
 
 MODE_PROFILES: dict[str, FusionProfile] = {
@@ -25,7 +29,7 @@ MODE_PROFILES: dict[str, FusionProfile] = {
     "search": FusionProfile(method="dbsf",
                             weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0}),
     "rules": FusionProfile(method="dbsf",
-                           weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0}),
+                           weights={KEY: 0.5, KEY_BM25: 0.5, OWN: 2.0, OWN_BM25: 1.0}),
 }
 
 

@@ -48,7 +48,8 @@ from shared import models
 from shared.auth import Principal
 from shared.errors import IndexUnavailable
 from shared.index.embedding import Embedder
-from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, IndexEngine, IndexFilter, VectorLayout
+from shared.index.engine import (BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25, IndexEngine,
+                                 IndexFilter, VectorLayout)
 from shared.models import (ExpansionSummary, RecallResponse, RecallResult, Retrieval,
                            SearchRequest, card_id_str)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
@@ -282,6 +283,7 @@ async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
         results.append(RecallResult(card=card, score=score, retrieval=Retrieval(
             path=path, seed_rank=seed_rank.get(cid), dense_rank=branch.get(DENSE),
             bm25_rank=branch.get(BM25), key_rank=branch.get(KEY),
-            key_bm25_rank=branch.get(KEY_BM25))))
+            key_bm25_rank=branch.get(KEY_BM25), own_rank=branch.get(OWN),
+            own_bm25_rank=branch.get(OWN_BM25))))
     t.fetch += clock() - t0
     return results, expansion
