@@ -96,8 +96,21 @@ async def test_decided_cards_are_left_out_of_search_and_rules_in_their_session_o
         again = await _decide(env, agent, "s-1", (rule_a, "rejected"))
         assert again["decisions"][0] == {**out["decisions"][0], "stored": "unchanged"}
         assert again["counts"] == {"total": 2, "accepted": 0, "rejected": 2}
+        # one record per card that changed (2 new, then 1 changed); the unchanged re-send
+        # records nothing
         assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'decide'"
-                          " AND outcome = 'ok'") == 2  # the unchanged re-send records nothing
+                          " AND outcome = 'ok'") == 3
+        # a card's activity lists its decisions, newest first (tester issue: no card_id)
+        r = await env.client.get(f"{MEM}/activity", params={"card_id": rule_a, "verb": "decide"},
+                                 headers=manage)
+        assert r.status_code == 200, r.text
+        assert [(a["verb"], a["card_id"], a["detail"]) for a in r.json()["activity"]] == [
+            ("decide", rule_a, {"session": "s-1", "decision": "rejected"}),
+            ("decide", rule_a, {"session": "s-1", "decision": "accepted"})]
+        r = await env.client.get(f"{MEM}/activity", params={"card_id": term}, headers=manage)
+        assert [(a["verb"], a["detail"]) for a in r.json()["activity"]
+                if a["verb"] == "decide"] == [("decide", {"session": "s-1",
+                                                          "decision": "rejected"})]
         # a deleted card takes its decisions with it
         r = await env.client.delete(f"{MEM}/{term}", headers=manage)
         assert r.status_code == 200, r.text

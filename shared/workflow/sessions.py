@@ -528,8 +528,9 @@ class Workflow:
         the same decision again changes nothing (``unchanged``: its first author and time stay).
         Recall with ``session`` excludes every card decided in the session (DESIGN §5).
 
-        All or nothing: one transaction under the workspace lock; an activity record ``decide``
-        names the session and the decisions that changed something.
+        All or nothing: one transaction under the workspace lock; each decision that changed
+        something writes an activity record ``decide`` naming its card (``card_id``), with the
+        session and the decision as detail (``{session, decision}``).
 
         :raises InvalidInput: a card id that is not one, a card named twice, a card that is not
             a card of this workspace (``field`` names the item); nothing is written.
@@ -555,11 +556,10 @@ class Workflow:
                        if cid not in before or before[cid].decision != d]
             await store.record_decisions(conn, workspace, session_id, changes, principal.actor)
             rows = await store.session_decisions(conn, session_id)
-            if changes:
+            for cid, d in changes:  # one record per card, so the card's activity lists it
                 await activity_log.record(
                     conn, workspace, actor=principal.actor, verb="decide", outcome="ok",
-                    detail={"session": session_id, "count": len(changes), "decisions": [
-                        {"card_id": card_id_str(cid), "decision": d} for cid, d in changes[:100]]})
+                    card_uuid=cid, detail={"session": session_id, "decision": d})
         after = {d.card_id: d for d in rows}
         records = []
         for cid, _ in wanted:
