@@ -102,8 +102,8 @@ class Metrics:
 
     def exposition(self, queue: QueueFigures | None) -> bytes:
         """The Prometheus text format (0.0.4) of this registry, followed by the queue figures
-        read at this scrape (``None``: PostgreSQL could not be reached; ``memarc_database_up``
-        is then 0 and the queue families are absent)."""
+        read at this scrape (``None``: PostgreSQL could not be reached or its schema is not
+        migrated; ``memarc_database_up`` is then 0 and the queue families are absent)."""
         return generate_latest(_Scrape(self.registry, list(_queue_families(queue))))  # type: ignore[arg-type]
 
 
@@ -120,7 +120,8 @@ class _Scrape:
 
 def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
     up = GaugeMetricFamily("memarc_database_up", "1 when this scrape read the projection queue "
-                           "from PostgreSQL, 0 when PostgreSQL could not be reached")
+                           "from PostgreSQL, 0 when it could not: PostgreSQL could not be "
+                           "reached or its schema is not migrated to this version")
     up.add_metric([], 0 if queue is None else 1)
     yield up
     if queue is None:

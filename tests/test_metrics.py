@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -169,11 +170,35 @@ async def test_metrics_answer_without_postgresql(make_env):
     """PostgreSQL unreachable: ``/metrics`` still answers, says so, and has no queue figures."""
     async with make_env(database_url="postgresql://memarc@127.0.0.1:9/memarc") as env:
         assert (await env.client.get("/healthz")).status_code == 200
-        samples, _ = await scrape(env)
+        samples, text = await scrape(env)
         assert value(samples, "memarc_database_up") == 0
+        # its help names both causes of a 0: unreachable, or a schema not migrated
+        help_line = next(x for x in text.splitlines() if x.startswith("# HELP memarc_database_up"))
+        assert "could not be reached" in help_line and "schema" in help_line, help_line
         assert not any(name.startswith("memarc_projection_") for name, _ in samples)
         assert value(samples, "memarc_http_requests_total", method="GET", route="/healthz",
                      status="200") == 1
+
+
+async def test_metrics_say_database_down_while_the_schema_is_outdated(make_env):
+    """PostgreSQL answers but the archive schema is not the migrated one (renamed under the
+    running writer): ``memarc_database_up`` is 0 too, without queue figures, and 1 again once
+    the schema is back."""
+    async with make_env() as env:
+        env.workspace("acme")
+        samples, _ = await scrape(env)
+        assert value(samples, "memarc_database_up") == 1
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            conn.execute("ALTER SCHEMA memory RENAME TO memory_moved")
+        try:
+            samples, _ = await scrape(env)
+            assert value(samples, "memarc_database_up") == 0
+            assert not any(name.startswith("memarc_projection_") for name, _ in samples)
+        finally:
+            with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+                conn.execute("ALTER SCHEMA memory_moved RENAME TO memory")
+        samples, _ = await scrape(env)
+        assert value(samples, "memarc_database_up") == 1
 
 
 def test_each_metrics_object_has_a_registry_of_its_own():
