@@ -265,11 +265,32 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
             r = await env.client.request(method, path, headers={**hd, **NDJSON}, **kw)
             assert 400 <= r.status_code < 500, (path, kw, r.status_code, r.text)
             assert r.headers["content-type"].startswith("application/problem+json"), r.text
+        # a key with surrounding whitespace is refused, not trimmed (" k1" would be another key
+        # than "k1"): 422 naming the line and the field, also next to a good line
+        for n, lines in ((1, [dict(IMPORTED[2], key=" ws-key")]),
+                         (2, [dict(IMPORTED[1], key="ws-ok"), dict(IMPORTED[2], key="ws-key\t")]),
+                         (1, [dict(IMPORTED[2], key=f" {IMPORTED[2]['key']}")])):
+            r = await env.client.post(f"{DST}/import", content=_file(lines),
+                                      headers={**hd, **NDJSON})
+            assert r.status_code == 422, r.text
+            assert r.headers["content-type"].startswith("application/problem+json"), r.text
+            body = r.json()
+            assert (body["field"], body["line"]) == ("key", n), body
+            assert f"line {n}" in body["detail"] and "whitespace" in body["detail"], body
+        # an empty body (or blank lines only) imports nothing: 422 "no cards", not a 201
+        for empty in (b"", b"\n  \n", gzip.compress(b"")):
+            headers = {**hd, **NDJSON, **({"Content-Encoding": "gzip"} if empty[:2] == b"\x1f\x8b"
+                                           else {})}
+            r = await env.client.post(f"{DST}/import", content=empty, headers=headers)
+            assert r.status_code == 422, (empty, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json"), r.text
+            assert "no cards" in r.json()["detail"], r.text
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             changed = row_changes(before, archive_row_counts(conn))
             outcomes = [o for (o,) in conn.execute(
                 "SELECT outcome FROM memory.activity WHERE verb = 'import' ORDER BY id")]
-        assert changed == {"activity": 6}, changed  # the six rejected imports, nothing else
+        # the twelve rejected imports, nothing else
+        assert changed == {"activity": 12}, changed
         assert outcomes[0] == "ok" and all(o.startswith("rejected:") for o in outcomes[1:])
         # the use cases check too (whoever calls them)
         archive = env.resources.archive()
@@ -278,6 +299,8 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
         me = Principal(workspace="dst", permissions=frozenset({"memory.manage"}), actor="test")
         with pytest.raises(InvalidInput, match="on_conflict"):
             await archive.import_cards(me, "dst", [], "replace")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match="no cards"):
+            await archive.import_cards(me, "dst", [])
         with pytest.raises(InvalidInput, match="unknown family"):
             await archive.export_cards(me, "dst", ["recipes"])
 
@@ -317,7 +340,7 @@ async def test_cli_export_streams_to_gzip_and_import_is_idempotent(make_env, mon
              "links": [{"target": f"rule-{i - 1:04d}"}] if i else []} for i in range(400)]
     source = tmp_path / "many.jsonl"
     source.write_bytes(_file(many))
-    async with live_writer(make_env, monkeypatch):
+    async with live_writer(make_env, monkeypatch) as env:
         code, out, err = await _cli(capsys, "import", "--workspace", "acme", str(source))
         assert code == 0 and json.loads(out)["created"] == 400, err
         exported = tmp_path / "acme.jsonl.gz"
@@ -338,12 +361,20 @@ async def test_cli_export_streams_to_gzip_and_import_is_idempotent(make_env, mon
             assert code == 0, err
             assert json.loads(out)["created"] == 0 and json.loads(out)[key] == 400
         # bad input: a problem on stderr, exit status 2, no file written
-        for argv in (("export", "--workspace", "acme", "--family", "recipes",
-                      "--output", str(tmp_path / "bad.jsonl")),
-                     ("import", "--workspace", "acme", "--on-conflict", "replace", str(source))):
-            code, out, err = await _cli(capsys, *argv)
-            assert code == 2 and out == "" and json.loads(err)["status"] == 400, (argv, err)
+        code, out, err = await _cli(capsys, "export", "--workspace", "acme", "--family",
+                                    "recipes", "--output", str(tmp_path / "bad.jsonl"))
+        assert code == 2 and out == "" and json.loads(err)["status"] == 400, err
         assert not (tmp_path / "bad.jsonl").exists() and list(tmp_path.glob(".*partial")) == []
+        # an --on-conflict that is no choice is refused locally (argparse: usage, exit 2), so
+        # nothing reaches the writer (no rejected import is recorded)
+        rejected = env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'import'")
+        with pytest.raises(SystemExit) as exit_info:
+            await _cli(capsys, "import", "--workspace", "acme", "--on-conflict", "replace",
+                       str(source))
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2, err
+        assert "usage:" in err and "--on-conflict: invalid choice: 'replace'" in err, err
+        assert env.scalar("SELECT count(*) FROM memory.activity WHERE verb = 'import'") == rejected
         # another workspace: 404 (the live writer's token is acme's)
         code, out, err = await _cli(capsys, "export", "--workspace", "other")
         assert code == 2 and out == "" and json.loads(err)["code"] == "not_found"

@@ -366,7 +366,8 @@ class MemoryController(Controller):
         (``on_conflict=skip``, the default) or updated in place where it differs (``update``:
         same id, revision + 1); the others create cards that remember their keys. 201 with
         ``{created, by_family, updated, unchanged, skipped, enqueued}``. Errors: 400 unreadable or
-        another ``on_conflict``, 422 invalid line (named), 413 too large (also decompressed: at
+        another ``on_conflict``, 422 invalid line (named; a key with surrounding whitespace too) or
+        no card lines (``no cards``), 413 too large (also decompressed: at
         most 4 × the body limit), 415 another content encoding."""
         raw = _decode_body(await request.body(), request.headers.get("content-encoding", ""))
         cards = []

@@ -545,8 +545,9 @@ class Archive:
         key of a card of the workspace, else the id of one. A key that is a card id in another
         spelling is read as ``mem-<uuid>`` (as links are).
 
-        :raises InvalidInput: a line is invalid (its number and key are named), a blank key
-            (whitespace only), duplicate keys,
+        :raises InvalidInput: no lines (``no cards``), a line is invalid (its number and key
+            are named), a blank key (whitespace only) or one with leading or trailing
+            whitespace (``field`` ``key``, ``line``: it is refused, never trimmed), duplicate keys,
             a link to no card of the file or the workspace, a link to itself, a family that
             would change (``update``), more than 20,000 cards, another ``on_conflict``.
         """
@@ -555,6 +556,9 @@ class Archive:
             raise InvalidInput(f"on_conflict must be one of {', '.join(models.ON_CONFLICT)}, "
                                f"not {on_conflict!r}", field="on_conflict")
         items = list(lines)
+        if not items:  # a 201 that created nothing would hide a truncated or wrong file
+            raise InvalidInput("no cards: the import holds no card lines (a cards file has one "
+                               "JSON object per line)")
         if len(items) > MAX_IMPORT_CARDS:
             raise InvalidInput(f"an import holds at most {MAX_IMPORT_CARDS} cards")
         line_of: dict[str, int] = {}
@@ -566,6 +570,10 @@ class Archive:
             if not card.key.strip():  # it could be named by no link, nor told from another
                 raise InvalidInput(f"line {n}: the key is blank (a key names its card in "
                                    "links and in later imports: give it visible characters)")
+            if card.key != card.key.strip():  # " k1" and "k1" would be two keys that read alike
+                raise InvalidInput(f"line {n}: key {card.key!r} has leading or trailing "
+                                   "whitespace (a key is matched exactly: remove it)",
+                                   field="key", line=n)
             card.key = models.normalize_card_ref(card.key)  # the spelling links use
             if card.key in line_of:
                 raise InvalidInput(f"line {n}: duplicate key {card.key!r}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from shared.models import ON_CONFLICT
 from writer.cli.command import CliError, add_command, read_json_file
 
 
@@ -471,7 +472,7 @@ def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
                      "Import a cards file (JSON Lines, optionally .gz) through the writer API; "
                      "idempotent by key.", import_command, workspace=True)
     im.add_argument("file", help="cards file: JSON Lines, optionally gzip-compressed")
-    im.add_argument("--on-conflict", default="skip",
+    im.add_argument("--on-conflict", default="skip", choices=ON_CONFLICT,
                     help="a line whose key is already a card's: skip (default) or update")
 
 
