@@ -60,7 +60,6 @@ from bench._archive import admin_url  # noqa: E402
 from bench.recall_latency import pct  # noqa: E402
 from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.models import ImportCard  # noqa: E402
-from shared.store.bootstrap import create_workspace  # noqa: E402
 from shared.store.database import MIGRATIONS_DIR  # noqa: E402
 from shared.store.migrations import migrate  # noqa: E402
 from shared.models import PROJECTION_FORMAT  # noqa: E402
@@ -265,7 +264,11 @@ def build_archive(n: int, other: int, dbname: str = "memarc_bench_explorer"
     shutil.rmtree(before)
     originals = read_cards(bundled_cards())
     for workspace, count, seed in ((WORKSPACE, n, 5), ("other", other, 6)):
-        create_workspace(url, "memory", workspace, "en")
+        # the workspace row of the schema before 004, written like the cards below (the
+        # bootstrap of today, create_workspace, reads tables of later migrations)
+        with psycopg.connect(url) as conn:
+            conn.execute("INSERT INTO memory.workspaces (id, language) VALUES (%s, 'en')",
+                         [workspace])
         t0 = time.perf_counter()
         write_postgres(url, workspace, derive(originals, count, seed))
         print(f"wrote {count:,} cards to workspace {workspace!r} in "
