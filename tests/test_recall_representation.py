@@ -380,3 +380,26 @@ async def test_a_format_3_collection_is_incompatible_until_rebuilt_with_six_vect
         r = await env.client.post(f"{BASE}/search", headers=h,
                                   json={"query": "elderly patients", "mode": "rules"})
         assert r.status_code == 200 and r.json()["results"][0]["card"]["id"] == rule["id"]
+
+
+def test_the_session_pool_embeds_documents_as_one_session_does(embedder: Embedder):
+    """``MEMARC_EMBED_THREADS`` single-threaded sessions embed documents at once, batches dealt
+    out in turn: every text gets the vector one fastembed session gives it, in the caller's
+    order, whatever the lengths and however many batches each session takes."""
+    from fastembed import TextEmbedding
+
+    assert len(embedder._dense_pool("en")) == embedder.settings.embed_threads == 2
+    words = "patients admitted after the first visit with a diagnosis of".split()
+    texts = [" ".join(words[: 1 + (i * 7) % len(words)]) + f" case {i}" for i in range(53)]
+    texts[5] = texts[40]  # a repeated text gets the same vector twice
+    got = embedder.embed_dense_sync(texts, "en")
+    settings = embedder.settings
+    one = TextEmbedding(settings.dense_model, threads=1, specific_model_path=settings.dense_model_path,
+                        local_files_only=True)
+    want = [v.tolist() for v in one.embed(texts, batch_size=1)]
+    assert len(got) == len(texts)
+    for g, w in zip(got, want):
+        assert len(g) == len(w) == 384
+        assert max(abs(a - b) for a, b in zip(g, w)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(got[5], got[40])) < 1e-4
+    assert embedder.embed_dense_sync([], "en") == []

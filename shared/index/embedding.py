@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, SparseVector, Vec
 
 BM25_MODEL = "Qdrant/bm25"
 LANGUAGES = {"en": "english", "it": "italian"}
+#: texts per dense batch (sorted by length, so a batch pads little)
+DENSE_BATCH = 16
 
 
 class Embedder:
@@ -52,6 +55,18 @@ class Embedder:
         return self._dimensions.get((self.settings.dense_model, self.settings.dense_model_path))
 
     def _load_dense(self, language: str = "en") -> Any:
+        """The language's dense model, first session of its pool (:meth:`_dense_pool`)."""
+        return self._dense_pool(language)[0]
+
+    def _dense_pool(self, language: str = "en") -> list[Any]:
+        """The language's dense model as ``embed_threads`` fastembed sessions of one
+        onnxruntime thread each, loaded once. Documents are embedded on all of them at once
+        (:meth:`embed_dense_sync`); a query on the first. Independent single-threaded sessions
+        keep both cores busy on small batches, where one session's intra-op threads wait on
+        each other (``bench/projection_throughput.py`` measures both side by side).
+
+        :raises EmbedderUnavailable: the model cannot be loaded.
+        """
         key = self.settings.dense_model_for(language)
         if key not in self._dense:
             with self._lock:
@@ -59,17 +74,18 @@ class Embedder:
                     from fastembed import TextEmbedding
 
                     name, path = key
-                    kwargs: dict[str, Any] = {"threads": self.settings.embed_threads}
+                    kwargs: dict[str, Any] = {"threads": 1}
                     if path:
                         kwargs.update(specific_model_path=path, local_files_only=True)
                     try:
-                        model = TextEmbedding(name, **kwargs)
-                        self._dimensions[key] = len(next(iter(model.embed(["dimension probe"]))))
+                        pool = [TextEmbedding(name, **kwargs)
+                                for _ in range(max(1, self.settings.embed_threads))]
+                        self._dimensions[key] = len(next(iter(pool[0].embed(["dimension probe"]))))
                     except Exception as exc:  # fastembed raises plain ValueError/OSError/...
                         raise EmbedderUnavailable(
                             f"cannot load dense model {name!r}: {exc}") from exc
-                    self._dense_files[key] = _folder_digest(_model_dir(model))
-                    self._dense[key] = model
+                    self._dense_files[key] = _folder_digest(_model_dir(pool[0]))
+                    self._dense[key] = pool
         return self._dense[key]
 
     def _load_sparse(self, language: str) -> Any:
@@ -145,15 +161,31 @@ class Embedder:
     def embed_dense_sync(self, texts: list[str], language: str = "en") -> list[list[float]]:
         """Dense vectors (L2-normalised floats) of documents with the language's model, in
         order: small batches sorted by length (padding to the longest text of a batch dominates
-        the cost: measured 1.7-2x faster on the BIRD cards), one call at a time per process so
-        concurrent jobs do not oversubscribe the cores."""
+        the cost: measured 1.7-2x faster on the BIRD cards), the batches dealt out in turn to
+        the sessions of :meth:`_dense_pool`, which run at once in threads (onnxruntime releases
+        the GIL); one call at a time per process, so concurrent jobs do not oversubscribe the
+        cores."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        model = self._load_dense(language)
-        with self._embed_lock:
-            vectors = list(model.embed([texts[i] for i in order], batch_size=16))
+        pool = self._dense_pool(language)
+        batches = [order[k:k + DENSE_BATCH] for k in range(0, len(order), DENSE_BATCH)]
+        shares = [[i for b in batches[n::len(pool)] for i in b] for n in range(len(pool))]
         out: list[list[float]] = [[]] * len(texts)
-        for pos, i in enumerate(order):
-            out[i] = vectors[pos].tolist()
+
+        def run(model: Any, share: list[int]) -> None:
+            for i, vector in zip(share, model.embed([texts[i] for i in share],
+                                                    batch_size=DENSE_BATCH)):
+                out[i] = vector.tolist()
+
+        with self._embed_lock:
+            work = [(m, sh) for m, sh in zip(pool, shares) if sh]
+            if len(work) <= 1:
+                for m, sh in work:
+                    run(m, sh)
+            else:
+                with ThreadPoolExecutor(max_workers=len(work),
+                                        thread_name_prefix="memarc-embed") as ex:
+                    for f in [ex.submit(run, m, sh) for m, sh in work]:
+                        f.result()
         return out
 
     def embed_sparse_sync(self, texts: list[str], language: str) -> list[SparseVector]:
