@@ -1,10 +1,14 @@
-"""Candidate fusion profiles for ``rules`` mode on BIRD clause recall (a), leave-one-out folds as
-in ``bench/recall_quality.py``: r@1 / r@5 / MRR@10 of every candidate on the TUNE and the REPORT
-databases (choose on TUNE; REPORT is printed to report the choice, not to make it). Run:
-``.venv/bin/python bench/tune_rules_profile.py --round 1|2`` (round 1: 22 profiles, about 15
-minutes on a busy machine; round 2: 12 profiles around round 1's best).
-Columns: T/R = TUNE/REPORT, db/ws = database filter or workspace-wide, al/sh = all pairs or
-clauses linked by two or more questions."""
+"""Candidate fusion profiles for ``rules`` (default) or ``search`` mode on BIRD clause recall
+(a), leave-one-out folds as in ``bench/recall_quality.py``: r@1 / r@5 / MRR@10 of every candidate
+on the TUNE and the REPORT databases (choose on TUNE; REPORT is printed to report the choice, not
+to make it). Each fold's archive is built once and every candidate runs on it. Run:
+``.venv/bin/python bench/tune_rules_profile.py --round 1|2`` (``rules``; round 1: 22 profiles,
+about 15 minutes on a busy machine; round 2: 12 profiles around round 1's best), or
+``.venv/bin/python bench/tune_rules_profile.py --mode search`` (16 profiles on every clause
+pair, clarifications, rules and explained errors, database filter only).
+Columns (rules): T/R = TUNE/REPORT, db/ws = database filter or workspace-wide, al/sh = all pairs
+or clauses linked by two or more questions. Search: TUNE all, TUNE shared, REPORT all, REPORT
+shared, each r@1 / r@5 / MRR, database filter."""
 
 from __future__ import annotations
 
@@ -77,8 +81,44 @@ ROUND_2 = {
 }
 ROUNDS = {"1": ROUND_1, "2": ROUND_2}
 
+#: ``search`` mode (projection format 4), one round: the current profile (chosen on format 3,
+#: before ``own`` / ``own_bm25`` existed), the peers on format 2's text (``own`` + ``own_bm25``:
+#: dense only, BM25 only, DBSF and RRF at (1, 1)) and candidates that mix the expanded ``dense``
+#: (which finds the shared clauses through their linked questions) with the own-text vectors
+#: (which find the other clauses), with and without the BM25 branches.
+SEARCH = {
+ "current dbsf 1/4/4/4/0/0": P("dbsf", 1, 4, 4, 4),
+ "peer dense 0/0/0/0/1/0": P("rrf", 0, 0, 0, 0, 1, 0),
+ "peer bm25 0/0/0/0/0/1": P("rrf", 0, 0, 0, 0, 0, 1),
+ "peer dbsf 0/0/0/0/1/1": P("dbsf", 0, 0, 0, 0, 1, 1),
+ "peer rrf 0/0/0/0/1/1": P("rrf", 0, 0, 0, 0, 1, 1),
+ "dbsf 1/4/0/4/0/0": P("dbsf", 1, 4, 0, 4),
+ "dbsf 1/4/4/4/2/2": P("dbsf", 1, 4, 4, 4, 2, 2),
+ "dbsf 1/4/2/4/0/2": P("dbsf", 1, 4, 2, 4, 0, 2),
+ "dbsf 1/4/0/4/0/4": P("dbsf", 1, 4, 0, 4, 0, 4),
+ "dbsf 1/4/0/4/2/4": P("dbsf", 1, 4, 0, 4, 2, 4),
+ "dbsf 0/2/0/0/1/1": P("dbsf", 0, 2, 0, 0, 1, 1),
+ "dbsf 0/1/0/0/1/1": P("dbsf", 0, 1, 0, 0, 1, 1),
+ "dbsf 0/2/0/1/1/1": P("dbsf", 0, 2, 0, 1, 1, 1),
+ "dbsf 0/3/1/1/1/1": P("dbsf", 0, 3, 1, 1, 1, 1),
+ "dbsf 0/4/2/2/1/1": P("dbsf", 0, 4, 2, 2, 1, 1),
+ "rrf 0/2/0/0/1/1": P("rrf", 0, 2, 0, 0, 1, 1),
+}
 
-async def main(cands: dict[str, FusionProfile]) -> None:
+
+def _cached(embed_query):
+    """``embed_query`` remembering each (text, language): every candidate asks the same query,
+    so it is embedded once per fold (the same vectors; the bench measures ranks, not time)."""
+    memo: dict = {}
+
+    async def cached(text: str, language: str):
+        if (text, language) not in memo:
+            memo[(text, language)] = await embed_query(text, language)
+        return memo[(text, language)]
+    return cached
+
+
+async def main(cands: dict[str, FusionProfile], mode: str = "rules") -> None:
     cards = bird_cards(); by_key = {c.key: c for c in cards}
     solved = [c for c in cards if c.family == "solved_question"]
     per = defaultdict(lambda: defaultdict(list))
@@ -86,12 +126,17 @@ async def main(cands: dict[str, FusionProfile]) -> None:
     for x in solved:
         for link in x.links:
             users[link.target].append(x.key)
+    # rules: sql_rule pairs, workspace-wide and with the database filter; search: every clause
+    # pair, database filter only (the workflow's filter; halves the run)
+    scopes = ("ws", "db") if mode == "rules" else ("db",)
+    t_all = time.perf_counter()
     for fold in (0, 1):
         kept = {s.key for i, s in enumerate(solved) if i % 2 == fold}
         archive = [c for c in cards if c.family != "solved_question" or c.key in kept]
         t0 = time.perf_counter()
-        bench = await build(f"tune_rules_fold{fold}", archive)
+        bench = await build(f"tune_{mode}_fold{fold}", archive)
         res = bench.resources
+        res.embedder.embed_query = _cached(res.embedder.embed_query)  # type: ignore[method-assign]
         async with res.db.transaction(bench.workspace, read_only=True) as conn:
             stored = await card_store.get_many(conn, list(await card_store.revisions(conn)))
         ids = {c.source.record: c.id for c in stored.values() if c.source and c.source.record}
@@ -102,9 +147,10 @@ async def main(cands: dict[str, FusionProfile]) -> None:
                 db = _database_of(s); half = "REPORT" if db in BIRD_REPORT else "TUNE"
                 for link in s.links:
                     clause = by_key[link.target]
-                    if clause.family != "sql_rule": continue
-                    for scope, database in (("ws", None), ("db", db)):
-                        req = SearchRequest(query=s.content["question"], top=10, mode="rules",
+                    if mode == "rules" and clause.family != "sql_rule": continue
+                    for scope in scopes:
+                        database = db if scope == "db" else None
+                        req = SearchRequest(query=s.content["question"], top=10, mode=mode,
                                             filters=Filters(database=database) if database else None)
                         for name, prof in cands.items():
                             got = await recall(res.db, res.index, res.embedder, bench.principal, bench.workspace, req, profile=prof)
@@ -114,17 +160,24 @@ async def main(cands: dict[str, FusionProfile]) -> None:
                                 per[(half, scope, "shared")][name].append(r)
         finally:
             await bench.close()
+        print(f"fold {fold} done at {time.perf_counter()-t_all:.0f}s", flush=True)
+    columns = ([(h, sc, k) for h in ("TUNE", "REPORT") for sc, k in
+                (("db", "all"), ("ws", "all"), ("db", "shared"))] if mode == "rules" else
+               [(h, "db", k) for h in ("TUNE", "REPORT") for k in ("all", "shared")])
     for name in cands:
         row = [name.ljust(24)]
-        for half in ("TUNE", "REPORT"):
-            for scope, kind in (("db", "all"), ("ws", "all"), ("db", "shared")):
-                m = metrics(per[(half, scope, kind)][name])
-                row.append(f"{half[:1]}{scope}{kind[:2]} n={m['n']} {m['r@1']:.3f} {m['r@5']:.3f} {m['mrr']:.3f}")
+        for half, scope, kind in columns:
+            m = metrics(per[(half, scope, kind)][name])
+            row.append(f"{half[:1]}{scope}{kind[:2]} n={m['n']} {m['r@1']:.3f} {m['r@5']:.3f} {m['mrr']:.3f}")
         print(" | ".join(row), flush=True)
+    print(f"({time.perf_counter()-t_all:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("rules", "search"), default="rules",
+                    help="which mode's profile to tune (default: rules)")
     ap.add_argument("--round", choices=sorted(ROUNDS), default="2",
-                    help="which round of candidates (default: the second)")
-    asyncio.run(main(ROUNDS[ap.parse_args().round]))
+                    help="rules mode: which round of candidates (default: the second)")
+    args = ap.parse_args()
+    asyncio.run(main(SEARCH if args.mode == "search" else ROUNDS[args.round], args.mode))

@@ -11,7 +11,11 @@ the tuning data for every mode.
 - ``solved``: the key vector (the stored question) with the content's dense vector and BM25: a
   reworded question is compared with stored questions first.
 - ``search``: all four vectors, BM25 on the card's text (with the questions of the solved cards
-  that link to it) weighted highest.
+  that link to it) weighted highest. Chosen on format 3; re-checked on format 4 with
+  ``bench/tune_rules_profile.py --mode search`` (16 candidates over the six vectors, the peers
+  among them): no candidate met the rule set beforehand (TUNE all pairs r@1 and r@5 at least the
+  best peer's, then the highest TUNE shared-clause r@5, kept only if it improves one of shared
+  r@5 / all r@5 without lowering the other), so the profile stays (``bench/README.md``).
 - ``rules`` (projection format 4): the key vectors and the card's own text (``own``,
   ``own_bm25``: without the questions of the linking solved cards, which dilute a rule's words
   for a request that did not come through them), own dense weighted highest; chosen on BIRD
