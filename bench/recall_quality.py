@@ -1,7 +1,8 @@
 """Recall quality through the code path of ``POST /search`` (verification and link expansion
 included): the product's retrieval profile of each mode next to the peer configurations, on
 Spider-Syn and on the BIRD cards, with the tuning / report split. Run:
-``.venv/bin/python bench/recall_quality.py [--part spider,bird-b,bird-a] [--json]`` (``make bench``);
+``.venv/bin/python bench/recall_quality.py [--part spider,bird-b,bird-a] [--spider-queries N]
+[--spider-half REPORT|TUNE|both] [--json]`` (``make bench``);
 needs a PostgreSQL superuser URL (see ``bench/_archive.py``) and ``../shared/datasets``.
 
 Every archive is imported and projected by the product (outbox, worker projection, Qdrant
@@ -83,6 +84,58 @@ def metrics(ranks: list[int | None]) -> dict[str, float]:
             "mrr": sum(1 / r for r in ranks if r) / n}
 
 
+class QueryCache:
+    """Per-query memo of the embedder's query embedding and the index's per-branch hits: every
+    configuration asked for one query embeds the same text and searches the same branches with
+    the same filter, and both are deterministic, so they are computed once per query (the
+    rankings are those of uncached calls). :meth:`clear` between queries bounds the memory."""
+
+    def __init__(self, embedder: Any):
+        self._embedder, self._memo = embedder, {}
+
+    def clear(self) -> None:
+        self._memo.clear()
+
+    async def embed_query(self, text: str, language: str) -> Any:
+        key = ("embed", text, language)
+        if key not in self._memo:
+            self._memo[key] = await self._embedder.embed_query(text, language)
+        return self._memo[key]
+
+    def index(self, engine: Any) -> Any:
+        """``engine`` with :meth:`hybrid_query` answered from this cache branch by branch."""
+        return _CachedIndex(engine, self._memo)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+
+class _CachedIndex:
+    def __init__(self, engine: Any, memo: dict):
+        self._engine, self._memo = engine, memo
+
+    async def hybrid_query(self, workspace: str, dense: list[float], sparse: Any, flt: Any,
+                           limit: int, *, dense_names: tuple[str, ...] = (DENSE,),
+                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list]:
+        base = (id(self._engine), workspace, tuple(dense), tuple(sparse.indices),
+                tuple(sparse.values), msgspec.json.encode(flt), limit)
+        need_d = tuple(n for n in dense_names if (base, "d", n) not in self._memo)
+        need_s = tuple(n for n in sparse_names if (base, "s", n) not in self._memo)
+        if need_d or need_s:
+            got = await self._engine.hybrid_query(workspace, dense, sparse, flt, limit,
+                                                  dense_names=need_d, sparse_names=need_s)
+            for n in need_d:
+                self._memo[(base, "d", n)] = got.get(n, [])
+            for n in need_s:
+                self._memo[(base, "s", n)] = got.get(n, [])
+        out = {n: self._memo[(base, "d", n)] for n in dense_names}
+        out.update({n: self._memo[(base, "s", n)] for n in sparse_names})
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
 class Compared:
     """One archive with its product index and its peer index (format 2's text)."""
 
@@ -96,11 +149,13 @@ class Compared:
         req = SearchRequest(query=query, top=10, mode=mode,  # type: ignore[arg-type]
                             filters=Filters(database=database) if database else None)
         out: dict[str, int | None] = {}
-        got = await recall(res.db, res.index, res.embedder, self.bench.principal,
+        cache = QueryCache(res.embedder)
+        got = await recall(res.db, res.index, cache, self.bench.principal,
                            self.bench.workspace, req)
         out[PRODUCT] = _rank(got, wanted)
+        peer = cache.index(self.peer)
         for name, profile in PEERS.items():
-            got = await recall(res.db, self.peer, res.embedder, self.bench.principal,
+            got = await recall(res.db, peer, cache, self.bench.principal,
                                self.bench.workspace, req, profile=profile,
                                layout=self.peer_layout)
             out[name] = _rank(got, wanted)
@@ -184,7 +239,11 @@ def spider_cards() -> tuple[list[ImportCard], list[dict[str, str]], set[str]]:
     return cards, queries, set(dbs[1::2])
 
 
-async def part_spider(rows: list[dict], limit: int | None) -> None:
+async def part_spider(rows: list[dict], limit: int | None, halves: str = "both") -> None:
+    """``limit``: an evenly spread sample of about that many queries over both halves (the same
+    sample whatever ``halves`` is); ``halves``: ``REPORT``, ``TUNE`` or ``both``: which of the
+    sampled queries are asked (the others are skipped, so ``REPORT`` rows equal a ``both`` run's
+    and take about half its time)."""
     cards, queries, report_dbs = spider_cards()
     pair, by_key = await compared("quality_spider", cards)
     try:
@@ -192,6 +251,8 @@ async def part_spider(rows: list[dict], limit: int | None) -> None:
         chosen = queries if limit is None else queries[::max(1, len(queries) // limit)]
         for q in chosen:
             half = "REPORT" if q["db"] in report_dbs else "TUNE"
+            if halves != "both" and half != halves:
+                continue
             for scope, database in (("db", q["db"]), ("ws", None)):
                 got = await pair.ranks(q["text"], "solved", by_key[q["record"]], database)
                 for config, r in got.items():
@@ -289,13 +350,16 @@ async def main(argv: list[str] | None = None) -> None:
                     help="comma-separated parts: spider, bird-b, bird-a")
     ap.add_argument("--spider-queries", type=int, default=None,
                     help="an evenly spread sample of the Spider-Syn queries (default: all)")
+    ap.add_argument("--spider-half", choices=["REPORT", "TUNE", "both"], default="both",
+                    help="which Spider-Syn half to query (default: both; the sample is drawn "
+                         "over both halves either way)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     rows: list[dict] = []
     t0 = time.perf_counter()
     parts = set(args.part.split(","))
     if "spider" in parts:
-        await part_spider(rows, args.spider_queries)
+        await part_spider(rows, args.spider_queries, args.spider_half)
     if "bird-b" in parts:
         await part_bird_b(rows)
     if "bird-a" in parts:
