@@ -19,7 +19,7 @@
 | MEMARC_DENSE_MODEL | fastembed dense model id | sentence-transformers/all-MiniLM-L6-v2 |
 | MEMARC_DENSE_MODEL_PATH | local folder of the dense model (offline) | none (fastembed downloads) |
 | MEMARC_BM25_MODEL_PATH | local folder of Qdrant/bm25 (offline) | none (fastembed downloads) |
-| MEMARC_EMBED_THREADS | dense-model sessions of one onnxruntime thread each that embed documents at once (about one per core; each holds its own copy of the model, ~90 MB for the default) | 2 |
+| MEMARC_EMBED_THREADS | onnxruntime threads of the session that embeds queries, and the number of single-threaded sessions that embed documents at once (about one per core; each session holds its own copy of the model, ~90 MB for the default; a process that embeds only queries loads one) | 2 |
 | MEMARC_DATA_DIR | embedded state | ./.memarc |
 | MEMARC_SWEEP_SECONDS | interval of the outbox sweep | 5 |
 | MEMARC_LEASE_SECONDS | projection lease length | 120 |

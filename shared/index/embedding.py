@@ -42,6 +42,7 @@ class Embedder:
         self.settings = settings
         self.dense_model_id = settings.dense_model
         self._dense: dict[tuple[str, str | None], Any] = {}
+        self._pools: dict[tuple[str, str | None], list[Any]] = {}
         self._dimensions: dict[tuple[str, str | None], int] = {}
         self._dense_files: dict[tuple[str, str | None], str | None] = {}
         self._sparse: dict[str, Any] = {}
@@ -55,15 +56,9 @@ class Embedder:
         return self._dimensions.get((self.settings.dense_model, self.settings.dense_model_path))
 
     def _load_dense(self, language: str = "en") -> Any:
-        """The language's dense model, first session of its pool (:meth:`_dense_pool`)."""
-        return self._dense_pool(language)[0]
-
-    def _dense_pool(self, language: str = "en") -> list[Any]:
-        """The language's dense model as ``embed_threads`` fastembed sessions of one
-        onnxruntime thread each, loaded once. Documents are embedded on all of them at once
-        (:meth:`embed_dense_sync`); a query on the first. Independent single-threaded sessions
-        keep both cores busy on small batches, where one session's intra-op threads wait on
-        each other (``bench/projection_throughput.py`` measures both side by side).
+        """The language's dense model as one fastembed session of ``embed_threads`` intra-op
+        threads, loaded once: it embeds queries (one short text, where intra-op threads help:
+        p50 8.7 ms against 12.1 ms on one thread here) and gives the dimension and fingerprint.
 
         :raises EmbedderUnavailable: the model cannot be loaded.
         """
@@ -71,22 +66,43 @@ class Embedder:
         if key not in self._dense:
             with self._lock:
                 if key not in self._dense:
-                    from fastembed import TextEmbedding
-
-                    name, path = key
-                    kwargs: dict[str, Any] = {"threads": 1}
-                    if path:
-                        kwargs.update(specific_model_path=path, local_files_only=True)
-                    try:
-                        pool = [TextEmbedding(name, **kwargs)
-                                for _ in range(max(1, self.settings.embed_threads))]
-                        self._dimensions[key] = len(next(iter(pool[0].embed(["dimension probe"]))))
-                    except Exception as exc:  # fastembed raises plain ValueError/OSError/...
-                        raise EmbedderUnavailable(
-                            f"cannot load dense model {name!r}: {exc}") from exc
-                    self._dense_files[key] = _folder_digest(_model_dir(pool[0]))
-                    self._dense[key] = pool
+                    model = self._new_dense(key, self.settings.embed_threads)
+                    self._dimensions[key] = len(next(iter(model.embed(["dimension probe"]))))
+                    self._dense_files[key] = _folder_digest(_model_dir(model))
+                    self._dense[key] = model
         return self._dense[key]
+
+    def _dense_pool(self, language: str = "en") -> list[Any]:
+        """The language's dense model as ``embed_threads`` more sessions of one onnxruntime
+        thread each, loaded on the first document call: documents are embedded on all of them
+        at once (:meth:`embed_dense_sync`). Independent single-threaded sessions keep the cores
+        busy when other processes take some of them, where one session's intra-op threads wait
+        on each other (``bench/embed_sessions.py``: 1.36-1.50x under load, level on an idle
+        machine).
+
+        :raises EmbedderUnavailable: the model cannot be loaded.
+        """
+        key = self.settings.dense_model_for(language)
+        self._load_dense(language)
+        if key not in self._pools:
+            with self._lock:
+                if key not in self._pools:
+                    self._pools[key] = [self._new_dense(key, 1)
+                                        for _ in range(max(1, self.settings.embed_threads))]
+        return self._pools[key]
+
+    @staticmethod
+    def _new_dense(key: tuple[str, str | None], threads: int) -> Any:
+        from fastembed import TextEmbedding
+
+        name, path = key
+        kwargs: dict[str, Any] = {"threads": threads}
+        if path:
+            kwargs.update(specific_model_path=path, local_files_only=True)
+        try:
+            return TextEmbedding(name, **kwargs)
+        except Exception as exc:  # fastembed raises plain ValueError/OSError/...
+            raise EmbedderUnavailable(f"cannot load dense model {name!r}: {exc}") from exc
 
     def _load_sparse(self, language: str) -> Any:
         lang = LANGUAGES.get(language, "english")
