@@ -118,9 +118,7 @@ async def add_copies(bench: BenchArchive, originals: dict[uuid.UUID, PointIn], c
     because inserting 100k cards one by one through the API path takes ~10 minutes here."""
     old = list(originals)
     added = 0
-    # the trigger functions (migration 006) name their tables unqualified, as the archive's own
-    # connections see them (search_path = the archive's schema)
-    with psycopg.connect(bench.db_url, options="-c search_path=memory") as conn:
+    with psycopg.connect(bench.db_url) as conn:
         for _ in range(copies):
             new = [uuid.uuid4() for _ in old]
             with conn.transaction():

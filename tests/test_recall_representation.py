@@ -386,20 +386,41 @@ def test_the_session_pool_embeds_documents_as_one_session_does(embedder: Embedde
     """``MEMARC_EMBED_THREADS`` single-threaded sessions embed documents at once, batches dealt
     out in turn: every text gets the vector one fastembed session gives it, in the caller's
     order, whatever the lengths and however many batches each session takes."""
-    from fastembed import TextEmbedding
-
     assert len(embedder._dense_pool("en")) == embedder.settings.embed_threads == 2
     words = "patients admitted after the first visit with a diagnosis of".split()
     texts = [" ".join(words[: 1 + (i * 7) % len(words)]) + f" case {i}" for i in range(53)]
     texts[5] = texts[40]  # a repeated text gets the same vector twice
     got = embedder.embed_dense_sync(texts, "en")
-    settings = embedder.settings
-    one = TextEmbedding(settings.dense_model, threads=1, specific_model_path=settings.dense_model_path,
-                        local_files_only=True)
-    want = [v.tolist() for v in one.embed(texts, batch_size=1)]
+    # the reference: the query session (another session of the same model), one text a batch
+    want = [v.tolist() for v in embedder._load_dense("en").embed(texts, batch_size=1)]
     assert len(got) == len(texts)
     for g, w in zip(got, want):
         assert len(g) == len(w) == 384
         assert max(abs(a - b) for a, b in zip(g, w)) < 1e-4
     assert max(abs(a - b) for a, b in zip(got[5], got[40])) < 1e-4
     assert embedder.embed_dense_sync([], "en") == []
+
+
+async def test_a_session_without_the_archive_search_path_can_link_cards(make_env):
+    """Migration 016: the requeue triggers of 006 carry the archive schema's search_path, so a
+    session that has not set it (psql, a bulk load as the owner) can insert and delete links
+    and edit a solved card; the linked clause is still queued for re-projection."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        rule = await _create(env, h, RULE)
+        solved = await _create(env, h, _solved("How many elderly patients?", []))
+        await env.drain()
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            assert conn.execute("SHOW search_path").fetchone()[0] != "memory"
+            conn.execute("INSERT INTO memory.card_links (workspace_id, source_id, target_id, "
+                         "meaning) VALUES ('acme', %s, %s, 'uses')",
+                         [uuid.UUID(solved["id"][4:]), uuid.UUID(rule["id"][4:])])
+            queued = conn.execute(
+                "SELECT count(*) FROM memory.projection_ops WHERE card_id = %s "
+                "AND op = 'upsert' AND status = 'pending'", [uuid.UUID(rule["id"][4:])]).fetchone()[0]
+            assert queued == 1
+            conn.execute("UPDATE memory.cards SET title = 'How many old patients?' WHERE id = %s",
+                         [uuid.UUID(solved["id"][4:])])
+            conn.execute("DELETE FROM memory.card_links WHERE source_id = %s",
+                         [uuid.UUID(solved["id"][4:])])
