@@ -25,14 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--step", type=int, default=6, help="every n-th text by length")
     args = ap.parse_args(argv)
-    from fastembed import TextEmbedding
-
     embedder = Embedder(load_settings(model_env()))
     embedder.load(("en",))
     s = embedder.settings
-    one = TextEmbedding(s.dense_model, threads=s.embed_threads,
-                        **({"specific_model_path": s.dense_model_path, "local_files_only": True}
-                           if s.dense_model_path else {}))
+    one = embedder._load_dense("en")  # the query session: embed_threads intra-op threads
     texts = sorted({c.title + "\n" + "\n".join(c.content.values()) for c in bird_cards()},
                    key=len)[::args.step]
     print(f"{len(texts)} texts, {s.embed_threads} sessions / threads")

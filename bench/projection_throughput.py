@@ -97,13 +97,9 @@ async def main(argv: list[str] | None = None) -> None:
         dense_only_s += time.perf_counter() - t1
         res.embedder.embed_sparse_sync(sparse_texts, "en")
     ours_s = time.perf_counter() - t0
-    from fastembed import TextEmbedding
-
-    # (b) and (c): one fastembed session with MEMARC_EMBED_THREADS intra-op threads
-    settings = res.settings
-    one = TextEmbedding(settings.dense_model, threads=settings.embed_threads,
-                        **({"specific_model_path": settings.dense_model_path,
-                            "local_files_only": True} if settings.dense_model_path else {}))
+    # (b) and (c): one fastembed session with MEMARC_EMBED_THREADS intra-op threads (the
+    # embedder's query session)
+    one = res.embedder._load_dense("en")
     sparse = res.embedder._load_sparse("en")
     t0 = time.perf_counter()  # (b) fastembed with a small batch, texts in card order (no sorting)
     list(one.embed(texts, batch_size=16))

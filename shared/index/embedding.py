@@ -43,6 +43,10 @@ class Embedder:
         self.dense_model_id = settings.dense_model
         self._dense: dict[tuple[str, str | None], Any] = {}
         self._pools: dict[tuple[str, str | None], list[Any]] = {}
+        self._sessions = max(1, settings.embed_threads)
+        #: runs the pool's sessions at once (threads start on first use and are reused)
+        self._pool_threads = ThreadPoolExecutor(max_workers=self._sessions,
+                                                thread_name_prefix="memarc-embed")
         self._dimensions: dict[tuple[str, str | None], int] = {}
         self._dense_files: dict[tuple[str, str | None], str | None] = {}
         self._sparse: dict[str, Any] = {}
@@ -87,8 +91,7 @@ class Embedder:
         if key not in self._pools:
             with self._lock:
                 if key not in self._pools:
-                    self._pools[key] = [self._new_dense(key, 1)
-                                        for _ in range(max(1, self.settings.embed_threads))]
+                    self._pools[key] = [self._new_dense(key, 1) for _ in range(self._sessions)]
         return self._pools[key]
 
     @staticmethod
@@ -193,15 +196,8 @@ class Embedder:
                 out[i] = vector.tolist()
 
         with self._embed_lock:
-            work = [(m, sh) for m, sh in zip(pool, shares) if sh]
-            if len(work) <= 1:
-                for m, sh in work:
-                    run(m, sh)
-            else:
-                with ThreadPoolExecutor(max_workers=len(work),
-                                        thread_name_prefix="memarc-embed") as ex:
-                    for f in [ex.submit(run, m, sh) for m, sh in work]:
-                        f.result()
+            for f in [self._pool_threads.submit(run, m, sh) for m, sh in zip(pool, shares) if sh]:
+                f.result()
         return out
 
     def embed_sparse_sync(self, texts: list[str], language: str) -> list[SparseVector]:
