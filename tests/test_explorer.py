@@ -584,6 +584,9 @@ async def test_the_recall_page_shows_score_path_ranks_and_exclusions(make_env, e
         assert '<td class="col-path memarc-path">direct</td>' in r.text
         assert '<strong class="memarc-excluded">0</strong>' in r.text
         assert '<td class="col-seed_rank type-int">1</td>' in r.text
+        # rules mode ranks the rule by its own text: those columns are filled
+        assert '<td class="col-own_rank type-int">1</td>' in r.text
+        assert '<td class="col-own_bm25_rank type-int">1</td>' in r.text
         assert "memarc-truncated" not in r.text
 
 
