@@ -15,7 +15,10 @@ the tuning data for every mode.
   ``bench/tune_rules_profile.py --mode search`` (16 candidates over the six vectors, the peers
   among them): no candidate met the rule set beforehand (TUNE all pairs r@1 and r@5 at least the
   best peer's, then the highest TUNE shared-clause r@5, kept only if it improves one of shared
-  r@5 / all r@5 without lowering the other), so the profile stays (``bench/README.md``).
+  r@5 / all r@5 without lowering the other), so the profile stays (``bench/README.md``). A
+  projection with one vector per linking question (an ``exemplars`` multi-vector, MaxSim), fused
+  or given a reserved rank, was measured the same way and dropped: no variant raised TUNE
+  shared-clause r@5 without lowering all pairs (``bench/patches/format5_exemplars.patch``).
 - ``rules`` (projection format 4): the key vectors and the card's own text (``own``,
   ``own_bm25``: without the questions of the linking solved cards, which dilute a rule's words
   for a request that did not come through them), own dense weighted highest; chosen on BIRD
