@@ -403,24 +403,34 @@ def test_the_session_pool_embeds_documents_as_one_session_does(embedder: Embedde
 
 async def test_a_session_without_the_archive_search_path_can_link_cards(make_env):
     """Migration 016: the requeue triggers of 006 carry the archive schema's search_path, so a
-    session that has not set it (psql, a bulk load as the owner) can insert and delete links
-    and edit a solved card; the linked clause is still queued for re-projection."""
+    session that has not set it (psql, a bulk load as the owner) can insert a link, change a
+    linking solved card's question and delete the link; each queues the linked rule's
+    re-projection."""
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
         rule = await _create(env, h, RULE)
         solved = await _create(env, h, _solved("How many elderly patients?", []))
         await env.drain()
+        rule_id, solved_id = uuid.UUID(rule["id"][4:]), uuid.UUID(solved["id"][4:])
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
             assert conn.execute("SHOW search_path").fetchone()[0] != "memory"
+
+            def queued_then_done() -> int:
+                """The rule's pending upserts; then marked done, so the next trigger's shows."""
+                n = conn.execute("SELECT count(*) FROM memory.projection_ops WHERE card_id = %s "
+                                 "AND op = 'upsert' AND status = 'pending'", [rule_id]).fetchone()[0]
+                conn.execute("UPDATE memory.projection_ops SET status = 'done' WHERE card_id = %s "
+                             "AND status = 'pending'", [rule_id])
+                return n
+
+            assert queued_then_done() == 0
+            # each of 006's three triggers, from a session without the archive's search_path
             conn.execute("INSERT INTO memory.card_links (workspace_id, source_id, target_id, "
-                         "meaning) VALUES ('acme', %s, %s, 'uses')",
-                         [uuid.UUID(solved["id"][4:]), uuid.UUID(rule["id"][4:])])
-            queued = conn.execute(
-                "SELECT count(*) FROM memory.projection_ops WHERE card_id = %s "
-                "AND op = 'upsert' AND status = 'pending'", [uuid.UUID(rule["id"][4:])]).fetchone()[0]
-            assert queued == 1
-            conn.execute("UPDATE memory.cards SET title = 'How many old patients?' WHERE id = %s",
-                         [uuid.UUID(solved["id"][4:])])
-            conn.execute("DELETE FROM memory.card_links WHERE source_id = %s",
-                         [uuid.UUID(solved["id"][4:])])
+                         "meaning) VALUES ('acme', %s, %s, 'uses')", [solved_id, rule_id])
+            assert queued_then_done() == 1
+            conn.execute("UPDATE memory.cards SET content = jsonb_set(content, '{question}', "
+                         "'\"How many old patients?\"') WHERE id = %s", [solved_id])
+            assert queued_then_done() == 1
+            conn.execute("DELETE FROM memory.card_links WHERE source_id = %s", [solved_id])
+            assert queued_then_done() == 1
