@@ -72,9 +72,9 @@ _RECALL_RETURNS = (
     "Returns {results: [{card, score, retrieval: {path, seed_rank, dense_rank, bm25_rank, "
     "key_rank, key_bm25_rank, own_rank, own_bm25_rank}}], excluded, expansion: {truncated, "
     "lookups, links_inspected, budgets}}, exactly as POST /search: every card is verified "
-    "against PostgreSQL (current "
-    "revision, projected, inside the filters), `retrieval` explains how it was found (a rank is "
-    "absent when that branch did not find it; `path` lists the cards of a link path), "
+    "against PostgreSQL (current revision, projected, inside the filters), `retrieval` explains "
+    "how it was found (a rank is absent when that branch did not find it; `path` lists the "
+    "cards of a link path), "
     "`excluded` counts index hits dropped by verification. " + _SCORE)
 
 
