@@ -313,6 +313,28 @@ async def test_permissions_bindings_and_bad_input(make_env):
 RECORD, CLEANUP = f"{CHANGES}/record", f"{CHANGES}/cleanup"
 
 
+async def test_cleanup_of_a_run_keeps_to_the_tokens_binding(make_env):
+    """``/cleanup`` names only a run id: the run's own database/schema must be inside the
+    token's binding, as for the one-call form, or nothing is deleted (403)."""
+    async with make_env() as env:
+        hm, hs, ids = await _projected(env)
+        r = await env.client.post(RECORD, headers=hs, json=ORDERS_RUN)  # an unbound token
+        assert r.status_code == 201, r.text
+        for binding in ({"database": "crm"}, {"database": "shop", "db_schema": "sales"}):
+            other = env.token("acme", "memory.schema", **binding)
+            r = await env.client.post(CLEANUP, headers=other, json={"run_id": "sync-1"})
+            assert r.status_code == 403, (binding, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS)
+            assert env.scalar("SELECT cards_deleted_at IS NULL FROM memory.schema_change_runs "
+                              "WHERE run_id = 'sync-1'") is True
+        own = env.token("acme", "memory.schema", database="shop", db_schema="public")
+        r = await env.client.post(CLEANUP, headers=own, json={"run_id": "sync-1"})
+        assert r.status_code == 200, r.text
+        assert r.json()["deleted"] == sorted(ids[n] for n in ORDERS_GONE)
+        assert env.scalar("SELECT count(*) FROM memory.cards") == len(CARDS) - len(ORDERS_GONE)
+
+
 async def test_two_steps_record_before_the_catalog_commits_then_cleanup(make_env):
     """A catalog records the pending cleanup before it commits its own physical change
     (``/record``), then asks for the cleanup (``/cleanup``); the run stays open until the point

@@ -176,6 +176,17 @@ async def _settle(conn: Any, row: dict[str, Any]) -> tuple[dict[str, Any], list[
     return (await store.complete_run(conn, row["run_id"])) or row, []
 
 
+def _check_binding(principal: Principal, database: str, schema: str) -> None:
+    """A token bound to a database (and schema) acts on that one only (DESIGN §8).
+
+    :raises Forbidden: ``database`` / ``schema`` outside the token's binding.
+    """
+    if principal.database is not None and database != principal.database:
+        raise Forbidden(f"this token is bound to database {principal.database!r}")
+    if principal.schema is not None and schema != principal.schema:
+        raise Forbidden(f"this token is bound to schema {principal.schema!r}")
+
+
 class SchemaChanges:
     """Physical schema-change cleanup over one database and projection queue."""
 
@@ -185,10 +196,7 @@ class SchemaChanges:
 
     def _check(self, principal: Principal, workspace: str, req: SchemaChangeRequest) -> None:
         principal.require(workspace, "memory.schema")
-        if principal.database is not None and req.database.strip() != principal.database:
-            raise Forbidden(f"this token is bound to database {principal.database!r}")
-        if principal.schema is not None and req.schema.strip() != principal.schema:
-            raise Forbidden(f"this token is bound to schema {principal.schema!r}")
+        _check_binding(principal, req.database.strip(), req.schema.strip())
 
     @audited("schema_change")
     async def apply(self, principal: Principal, workspace: str, req: SchemaChangeRequest,
@@ -278,6 +286,8 @@ class SchemaChanges:
         for the point deletions before answering.
 
         :raises NotFound: no such run. :raises InvalidInput: ``wait`` outside 0..30.
+        :raises Forbidden: the run's database/schema is outside the token's binding (nothing
+            is deleted).
         """
         principal.require(workspace, "memory.schema")
         run_id = run_id.strip()
@@ -288,6 +298,8 @@ class SchemaChanges:
             row = await store.run(conn, run_id, for_update=True)
             if row is None:
                 raise NotFound(f"no schema-change run {run_id!r}")
+            # the run names its database/schema: a bound token cleans up its own runs only
+            _check_binding(principal, row["database_name"], row["schema_name"])
             if row["status"] == "done":
                 return _result(row)
             if row["cards_deleted_at"] is None:
