@@ -277,6 +277,15 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
             body = r.json()
             assert (body["field"], body["line"]) == ("key", n), body
             assert f"line {n}" in body["detail"] and "whitespace" in body["detail"], body
+        # a line naming one card twice, by its key and by its id: 422 naming the line (it was
+        # a 500 from the links' primary key)
+        elder = env.scalar("SELECT id FROM memory.cards WHERE title = 'Elder client'")
+        twice = [dict(IMPORTED[2], key="twice", links=[{"target": "clar-elder"},
+                                                       {"target": f"mem-{elder}"}])]
+        r = await env.client.post(f"{DST}/import", content=_file(twice), headers={**hd, **NDJSON})
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"].startswith("application/problem+json"), r.text
+        assert "line 1" in r.json()["detail"] and "same card" in r.json()["detail"], r.text
         # an empty body (or blank lines only) imports nothing: 422 "no cards", not a 201
         for empty in (b"", b"\n  \n", gzip.compress(b"")):
             headers = {**hd, **NDJSON, **({"Content-Encoding": "gzip"} if empty[:2] == b"\x1f\x8b"
@@ -289,8 +298,8 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
             changed = row_changes(before, archive_row_counts(conn))
             outcomes = [o for (o,) in conn.execute(
                 "SELECT outcome FROM memory.activity WHERE verb = 'import' ORDER BY id")]
-        # the twelve rejected imports, nothing else
-        assert changed == {"activity": 12}, changed
+        # the thirteen rejected imports, nothing else
+        assert changed == {"activity": 13}, changed
         assert outcomes[0] == "ok" and all(o.startswith("rejected:") for o in outcomes[1:])
         # the use cases check too (whoever calls them)
         archive = env.resources.archive()

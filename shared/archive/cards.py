@@ -123,7 +123,8 @@ async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, in
     the key, else a new id) and ``existing`` holds the file's keys that are cards already.
 
     :raises InvalidInput: a link target that is no key of the file and neither the key nor the
-        id of a card of this workspace; a line that links to itself.
+        id of a card of this workspace; a line that links to itself; a line with two links to
+        one card (its key and its id, say).
     """
     outside = list(dict.fromkeys(link.target for c in items for link in c.links
                                  if link.target not in line_of))
@@ -146,6 +147,12 @@ async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, in
     for c in items:
         if any(refs[link.target] == refs[c.key] for link in c.links):
             raise InvalidInput(f"line {line_of[c.key]}: key {c.key!r} links to itself")
+        seen: dict[uuid.UUID, str] = {}
+        for link in c.links:  # a key and an id (or two keys) can name the same card
+            first = seen.setdefault(refs[link.target], link.target)
+            if first != link.target:
+                raise InvalidInput(f"line {line_of[c.key]}: links {first!r} and "
+                                   f"{link.target!r} name the same card; link to it once")
     return refs, existing
 
 
