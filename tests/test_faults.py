@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import http.server
+import json
+import threading
 
 import msgspec
 import psycopg
+import pytest
 from helpers import make_incompatible_collection
 
 from shared.index import qdrant
@@ -266,6 +271,59 @@ class SlowIndex:
         finally:
             self.searching -= 1
         return await self._inner.hybrid_query(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _qdrant_answering(status: int):
+    """A real HTTP server on a free port that answers every request with ``status`` and a
+    Qdrant-style JSON error body (an overloaded or restarting Qdrant behind a proxy)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.dumps({"status": {"error": "Service Unavailable"}, "time": 0}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("status", [503, 502])
+async def test_a_qdrant_server_answering_5xx_is_index_unavailable(make_env, status):
+    """A Qdrant server that answers with an error status (not only one that cannot be reached)
+    is ``index_unavailable``: the write stays a pending success, recall is a 503, never a 500
+    ``internal_error`` (qdrant-client raises ``UnexpectedResponse`` for it)."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        with _qdrant_answering(status) as url:
+            failing = QdrantClientEngine(msgspec.structs.replace(env.settings, qdrant_url=url))
+            env.resources.index = failing
+            env.app.state.archive.index = failing
+            r = await env.client.post(BASE, json=CARD, headers=h)
+            assert r.status_code == 201 and r.json()["index_status"] == "pending"
+            await env.drain()  # the job fails against the failing server: still pending
+            ops = (await env.client.get(f"{BASE}/pending", headers=h)).json()["operations"]
+            assert len(ops) == 1 and ops[0]["status"] == "pending" and ops[0]["attempts"] >= 1
+            assert "Qdrant is unavailable" in ops[0]["last_error"], ops
+            assert str(status) in ops[0]["last_error"], ops
+            r = await env.client.post(f"{BASE}/search", headers=h, json={"query": "bookings"})
+            assert r.status_code == 503 and r.json()["code"] == "index_unavailable", r.text
+            await failing.close()
 
 
 async def test_slow_index_recalls_do_not_hold_up_a_card_update_or_a_list(make_env):

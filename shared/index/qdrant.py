@@ -48,10 +48,20 @@ def _qdrant_filter(flt: IndexFilter) -> Any:
     return qm.Filter(must=must or None, must_not=must_not or None)
 
 
-def _is_connection_error(exc: BaseException) -> bool:
-    import httpx
-    from qdrant_client.http.exceptions import ResponseHandlingException
+#: HTTP statuses of a Qdrant server that mean "not available now" (overloaded, restarting, a
+#: proxy without its upstream, a collection dropped under a running request), not a bad request
+UNAVAILABLE_STATUSES = frozenset({404, 408, 429, 500, 502, 503, 504})
 
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means the Qdrant server cannot be used now: it cannot be reached, or it
+    answered with one of :data:`UNAVAILABLE_STATUSES` (qdrant-client's ``UnexpectedResponse``).
+    Any other answer (a 400: a request this code should not have sent) is not."""
+    import httpx
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code in UNAVAILABLE_STATUSES
     return isinstance(exc, (ResponseHandlingException, httpx.TransportError, ConnectionError,
                             TimeoutError, OSError))
 
@@ -120,7 +130,10 @@ class QdrantClientEngine:
             raise
         except Exception as exc:
             if _is_connection_error(exc):
-                raise IndexUnavailable(f"Qdrant is unreachable: {type(exc).__name__}: {exc}") from exc
+                what = ("unavailable" if getattr(exc, "status_code", None) is not None
+                        else "unreachable")
+                raise IndexUnavailable(f"Qdrant is {what}: {type(exc).__name__}: "
+                                       f"{str(exc)[:300]}") from exc
             raise
 
     async def _call(self, fn: Any) -> Any:
