@@ -63,6 +63,11 @@ async def test_explorer_lists_activity_only_to_permitted_actors(make_env):
         assert r.status_code == 200 and "rejected:invalid_input" in r.text and "2 records" in r.text
         r = await ds.client.get("/-/memory/acme/-/activity.json?outcome=rejected", cookies=alice)
         assert r.json()["total"] == 1
+        # a prefix, not a LIKE pattern: "%" and "_" match themselves only
+        for pattern in ("%", "_", "rej_cted", "%invalid"):
+            r = await ds.client.get("/-/memory/acme/-/activity.json", cookies=alice,
+                                    params={"outcome": pattern})
+            assert r.status_code == 200 and r.json()["total"] == 0, (pattern, r.text)
         r = await ds.client.get("/-/memory/acme/-/activity.csv", cookies=alice)
         assert r.status_code == 200 and r.text.count("\n") == 3
         import csv

@@ -622,3 +622,52 @@ async def test_jobs_that_died_with_their_worker_are_offered_again_under_ids_of_t
         assert left == 0 and attempts == 2
         res = await _search(env, h)
         assert sorted(x["card"]["id"] for x in res["results"]) == sorted(c["id"] for c in cards)
+
+
+class _CountingCreation:
+    """Test seam: the real engine, whose ``ensure_collection`` counts the calls in progress
+    (and holds each for 0.3 s first, as a Qdrant server's create + alias round trips take), so
+    that a test sees whether two projection jobs could create a workspace's collection at once.
+    There is no Qdrant server here, whose alias would then keep one collection of the two."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+        self.calls = 0
+        self.inside = 0
+        self.most_inside = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    async def ensure_collection(self, *args, **kwargs):
+        self.calls += 1
+        self.inside += 1
+        self.most_inside = max(self.most_inside, self.inside)
+        try:
+            await asyncio.sleep(0.3)
+            return await self._inner.ensure_collection(*args, **kwargs)
+        finally:
+            self.inside -= 1
+
+
+async def test_concurrent_first_projections_create_one_collection(make_env):
+    """Two projection jobs of a workspace without a collection (two workers, or one with
+    ``worker_jobs`` 2) create it one at a time: the first under the workspace's
+    collection-creation lock, the second then finds it made and writes into the same one."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 2)
+        with psycopg.connect(env.migrator_url) as conn:
+            op_ids = [i for (i,) in conn.execute(
+                "SELECT id FROM memory.projection_ops WHERE status = 'pending' ORDER BY id")]
+        assert len(op_ids) == 2
+        res = env.resources
+        counting = _CountingCreation(res.index)
+        reports = await asyncio.gather(*(project_operations(
+            res.db, counting, res.embedder, "acme", op_id, batch=False) for op_id in op_ids))
+        assert [r.upserted for r in reports] == [1, 1], reports
+        # both found no collection; the second waited for the first's creation to commit
+        assert counting.most_inside == 1 and counting.calls in (1, 2), vars(counting)
+        found = {x["card"]["id"] for x in (await _search(env, h))["results"]}
+        assert found == {c["id"] for c in cards}

@@ -434,3 +434,110 @@ async def test_a_session_without_the_archive_search_path_can_link_cards(make_env
             assert queued_then_done() == 1
             conn.execute("DELETE FROM memory.card_links WHERE source_id = %s", [solved_id])
             assert queued_then_done() == 1
+
+
+class _GatedIndex:
+    """Test seam: the process's real index engine, whose ``upsert`` waits until ``release`` is
+    set (after telling ``upserting``), so that a test can commit a write while a projection job
+    is between reading its cards and recording them. Every other method is the real engine's."""
+
+    def __init__(self, inner) -> None:
+        import asyncio
+
+        self._inner = inner
+        self.upserting = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    async def upsert(self, *args, **kwargs):
+        self.upserting.set()
+        await self.release.wait()
+        return await self._inner.upsert(*args, **kwargs)
+
+
+async def test_a_question_changed_during_a_projection_of_its_clause_is_projected_after_it(
+        make_env):
+    """Migration 017: a solved card's question that changes while a projection of a clause it
+    links to is in flight (the job has read the clause's linked questions, not yet recorded
+    them) leaves the clause's re-projection pending: the job completes only the operations it
+    locked before reading, so the new question reaches the clause's projection with the next
+    job instead of being marked done with the old text."""
+    import asyncio
+
+    from shared.projection.project import project_operations
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        clause = await _create(env, h, ELDER_CLAUSE)
+        solved = await _create(env, h, _solved("How many elderly patients are there?",
+                                               [clause["id"]]))
+        await env.drain()
+        assert await _bm25_rank(env, h, "elderly", clause["id"]) == 1
+        # a new revision of the clause: one pending upsert, projected below by a gated job
+        shown = (await env.client.get(f"{BASE}/{clause['id']}", headers=h)).json()["card"]
+        body = {k: shown[k] for k in ("family", "title", "content", "dependencies", "revision")}
+        r = await env.client.put(f"{BASE}/{clause['id']}", headers=h,
+                                 json={**body, "scope": "clinic"})
+        assert r.status_code == 200, r.text
+        assert _open_upserts(env, clause["id"]) == 1
+        res = env.resources
+        gated = _GatedIndex(res.index)
+        job = asyncio.create_task(project_operations(res.db, gated, res.embedder, "acme", None))
+        await asyncio.wait_for(gated.upserting.wait(), 60)  # read, embedded, not yet written
+        shown = (await env.client.get(f"{BASE}/{solved['id']}", headers=h)).json()["card"]
+        body = {k: shown[k] for k in ("family", "title", "content", "links", "revision")}
+        body["content"] = {**body["content"], "question": "How many senior patients are there?"}
+        r = await env.client.put(f"{BASE}/{solved['id']}", headers=h, json=body)
+        assert r.status_code == 200, r.text
+        gated.release.set()
+        report = await asyncio.wait_for(job, 60)
+        assert report.upserted >= 1 and report.failed == 0, report
+        # the job wrote the old question and must not have completed the new requeue
+        assert _open_upserts(env, clause["id"]) == 1
+        await env.drain()
+        assert _open_upserts(env, clause["id"]) == 0
+        assert await _bm25_rank(env, h, "senior", clause["id"]) == 1
+        assert await _bm25_rank(env, h, "elderly", clause["id"]) is None
+
+
+async def test_a_question_changed_during_a_rebuild_reaches_its_clause_in_the_new_collection(
+        make_env):
+    """A rebuild's catch-up compares what each point was built from, not only the revision: a
+    linking solved card's question that changes after the clause was written into the new
+    collection (the clause's revision stays) is caught up before the switch, which then
+    completes the clause's queued re-projection."""
+    from shared.projection.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        clause = await _create(env, h, ELDER_CLAUSE)
+        solved = await _create(env, h, _solved("How many elderly patients are there?",
+                                               [clause["id"]]))
+        await env.drain()
+        calls = {"n": 0}
+
+        async def change_question(collection: str) -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:  # both cards are in the new collection, with the old question
+                shown = (await env.client.get(f"{BASE}/{solved['id']}", headers=h)).json()["card"]
+                body = {k: shown[k] for k in ("family", "title", "content", "links", "revision")}
+                body["content"] = {**body["content"],
+                                   "question": "How many senior patients are there?"}
+                r = await env.client.put(f"{BASE}/{solved['id']}", headers=h, json=body)
+                assert r.status_code == 200, r.text
+
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        await rebuild_index(env.resources.db, env.resources.index, env.resources.embedder,
+                            "acme", rid, on_batch_written=change_question)
+        assert calls["n"] == 1
+        row = (await env.client.get(f"{BASE}/index/{rid}", headers=h)).json()
+        assert row["status"] == "done" and row["summary"]["caught_up"] == 2, row  # both cards
+        await env.drain()
+        assert _open_upserts(env, clause["id"]) == 0
+        assert await _bm25_rank(env, h, "senior", clause["id"]) == 1
+        assert await _bm25_rank(env, h, "elderly", clause["id"]) is None

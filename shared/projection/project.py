@@ -173,6 +173,9 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
     # between batches) while the cards are read, embedded, written to the index and recorded.
     async with db.transaction(workspace) as conn:
         await outbox.lock_for_projection(conn, workspace, card_ids)
+        # before the cards are read: the open upserts this projection may complete (one queued
+        # after this, by a change it may not see, stays pending; migration 017)
+        superseded = await outbox.lock_open_upserts(conn, card_ids)
         ws = await workspaces.get(conn, workspace)
         current = await cards.get_many(conn, card_ids)
         gone = [c for c in card_ids if c not in current]
@@ -189,13 +192,18 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
                 live.append(current[cid])
             except PrivacyFilterFailed as exc:
                 refused[cid] = (current[cid].revision, f"{exc.code}: {exc.message}")
-        await index.ensure_collection(workspace, embedder.layout(ws["language"]))
+        layout = embedder.layout(ws["language"])
+        if not await index.check_collection(workspace, layout):
+            # the workspace's first projection creates its collection, one job at a time (the
+            # next one finds it made); check_collection raises IndexIncompatible as before
+            await outbox.lock_collection_creation(conn, workspace)
+            await index.ensure_collection(workspace, layout)
         if live:
             await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
         if gone or refused:
             await index.delete(workspace, gone + sorted(refused, key=str))
         await outbox.record_projections(
-            conn, {uuid.UUID(card.id[4:]): card.revision for card in live})
+            conn, {uuid.UUID(card.id[4:]): card.revision for card in live}, only=superseded)
         await outbox.complete_for_deleted(conn, gone)
         if refused:
             await outbox.forget_projections(conn, sorted(refused, key=str))

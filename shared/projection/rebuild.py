@@ -9,7 +9,9 @@ atomically.
    and write it. Recall keeps answering from the old collection meanwhile, and workers keep
    projecting into it. From ``OPTIMIZE_MIN_CARDS`` cards on, the new collection's HNSW graph is
    built before the catch-up (Qdrant Edge: in a child process, ``shared/index/edge_optimize.py``).
-3. Catch up (at most 3 passes, no locks): cards changed, added or deleted since they were read.
+3. Catch up (at most 3 passes, no locks): cards changed, added or deleted since they were read,
+   and clarifications or rules whose linked questions changed (a linking solved card's question
+   or a link; their revision stays, their projection's text does not).
 4. Switch, in one transaction holding the workspace's projection lock exclusively (so no
    projection job is in flight) and then the workspace's write lock (so no write commits until
    the switch has): a last catch-up, the alias switch (the old collection, with any orphan
@@ -35,6 +37,7 @@ cards table. It is also the recovery for a collection whose vector configuration
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -74,14 +77,26 @@ class RebuildSummary(msgspec.Struct):
     optimized: bool = False
 
 
-async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, int]:
+#: what a card's point was built from: its revision and a digest of its linked questions
+Inputs = tuple[int, str]
+
+
+def _inputs(revision: int, questions: list[str]) -> Inputs:
+    return revision, hashlib.sha256("\0".join(questions).encode()).hexdigest()
+
+
+async def _current(conn: AsyncConnection) -> dict[uuid.UUID, Inputs]:
+    return {cid: _inputs(rev, qs) for cid, (rev, qs) in (await cards.projection_inputs(conn)).items()}
+
+
+async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, Inputs]:
     async with db.transaction(workspace, read_only=True) as conn:
-        return await cards.revisions(conn)
+        return await _current(conn)
 
 
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                  language: str, target: str, ids: list[uuid.UUID],
-                 written: dict[uuid.UUID, int], privacy: PrivacyFilter,
+                 written: dict[uuid.UUID, Inputs], privacy: PrivacyFilter,
                  conn: AsyncConnection | None = None) -> int:
     """Read ``ids`` now (on ``conn`` when given: the switch's locked transaction, which must
     not wait for a second pooled connection), write them into ``target``; returns how many
@@ -96,7 +111,8 @@ async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace
         await index.upsert(workspace, await build_points(embedder, live, language, privacy,
                                                          linked), collection=target)
         for card in live:
-            written[uuid.UUID(card.id[4:])] = card.revision
+            cid = uuid.UUID(card.id[4:])
+            written[cid] = _inputs(card.revision, linked.get(cid, []))
     gone = [i for i in ids if i not in found and i in written]
     if gone:
         await index.delete(workspace, gone, collection=target)
@@ -111,8 +127,8 @@ async def _read(conn: AsyncConnection,
     return found, await cards.linked_questions(conn, list(found))
 
 
-def _diff(current: dict[uuid.UUID, int], written: dict[uuid.UUID, int]) -> list[uuid.UUID]:
-    changed = [i for i, rev in current.items() if written.get(i) != rev]
+def _diff(current: dict[uuid.UUID, Inputs], written: dict[uuid.UUID, Inputs]) -> list[uuid.UUID]:
+    changed = [i for i, inputs in current.items() if written.get(i) != inputs]
     gone = [i for i in written if i not in current]
     return sorted(changed + gone, key=str)
 
@@ -164,7 +180,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
         current = await _revisions(db, workspace)
         ids = sorted(current, key=str)
-        written: dict[uuid.UUID, int] = {}
+        written: dict[uuid.UUID, Inputs] = {}
         for start in range(0, len(ids), BATCH):
             await _write(db, index, embedder, workspace, ws["language"], target,
                          ids[start:start + BATCH], written, privacy)
@@ -175,10 +191,10 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             if on_batch_written is not None:
                 await on_batch_written(target)
 
-        async def catch_up(conn: AsyncConnection | None) -> tuple[int, dict[uuid.UUID, int]]:
+        async def catch_up(conn: AsyncConnection | None) -> tuple[int, dict[uuid.UUID, Inputs]]:
             """Write what changed since ``written`` (read on ``conn`` when given); returns how
             many cards that was and the current revisions."""
-            current = await cards.revisions(conn) if conn else await _revisions(db, workspace)
+            current = await _current(conn) if conn else await _revisions(db, workspace)
             pending = _diff(current, written)
             for start in range(0, len(pending), BATCH):
                 await _write(db, index, embedder, workspace, ws["language"], target,
@@ -211,7 +227,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             if before_switch is not None:
                 await before_switch(target)
             replaced = await index.switch_collection(workspace, target)
-            await outbox.record_projections(conn, written)
+            await outbox.record_projections(conn, {cid: rev for cid, (rev, _) in written.items()})
             await outbox.complete_deletes(conn)
             summary = RebuildSummary(
                 cards=len(current), written=len(written), caught_up=caught_up,

@@ -96,6 +96,13 @@ async def revisions(conn: AsyncConnection) -> dict[uuid.UUID, int]:
     return {r["id"]: r["revision"] for r in await cur.fetchall()}
 
 
+async def projection_inputs(conn: AsyncConnection) -> dict[uuid.UUID, tuple[int, list[str]]]:
+    """Every card id of the workspace, in id order, with its revision and the questions of the
+    solved cards linking to it (as :func:`linked_questions` gives them; ``[]`` when none)."""
+    cur = await conn.execute(Q.card_projection_inputs)
+    return {r["id"]: (r["revision"], list(r["questions"] or ())) for r in await cur.fetchall()}
+
+
 async def family_counts(conn: AsyncConnection) -> dict[str, int]:
     """Cards per family."""
     cur = await conn.execute(Q.family_counts)

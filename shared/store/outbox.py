@@ -186,10 +186,26 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
 # ---- recorded projections ----
 
 
-async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID, int]) -> None:
+async def lock_open_upserts(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> list[int]:
+    """Lock the open (pending or failed) upserts of ``card_ids`` until the transaction ends and
+    return their ids: a projection job calls it before it reads the cards, and completes only
+    these (:func:`record_projections` ``only``). An upsert queued after this call (migration
+    017's trigger skips the locked ones) stays pending for the next job, so a change committed
+    after the job read its cards is never marked done by it. Waits for a writing transaction
+    whose trigger counted on one of them."""
+    if not card_ids:
+        return []
+    rows = await (await conn.execute(Q.ops_lock_open_upserts, {"ids": card_ids})).fetchall()
+    return [r["id"] for r in rows]
+
+
+async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID, int],
+                             only: list[int] | None = None) -> None:
     """Record the valid projection of each card at the revision written to the index (in the
     current format; skipped for a card whose revision has moved on since), and complete the
-    card's open upserts at or below that revision."""
+    card's open upserts at or below that revision: those in ``only`` (ids from
+    :func:`lock_open_upserts`), or all of them when ``only`` is None (a caller that read the
+    cards under the workspace lock, where no write can interleave)."""
     if not revisions:
         return
     async with conn.cursor() as cur:
@@ -197,7 +213,7 @@ async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID
             {"card_id": cid, "revision": rev, "format": models.PROJECTION_FORMAT}
             for cid, rev in revisions.items()])
         await cur.executemany(Q.ops_supersede, [
-            {"card_id": cid, "revision": rev} for cid, rev in revisions.items()])
+            {"card_id": cid, "revision": rev, "only": only} for cid, rev in revisions.items()])
 
 
 async def forget_projections(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> None:
@@ -233,6 +249,13 @@ async def lock_for_projection(conn: AsyncConnection, workspace_id: str,
     await conn.execute(Q.projection_lock_shared, {"workspace": workspace_id})
     for cid in card_ids:
         await conn.execute(Q.card_projection_lock, {"card_id": cid})
+
+
+async def lock_collection_creation(conn: AsyncConnection, workspace_id: str) -> None:
+    """The workspace's collection-creation lock, until the transaction ends: taken by a
+    projection job that finds no collection, before it creates one, so that concurrent first
+    projections (several workers, ``worker_jobs`` > 1) create exactly one."""
+    await conn.execute(Q.collection_creation_lock, {"workspace": workspace_id})
 
 
 async def lock_projections_exclusive(conn: AsyncConnection, workspace_id: str) -> None:

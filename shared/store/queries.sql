@@ -100,6 +100,18 @@ GROUP BY l.target_id;
 -- name: card_revisions
 SELECT id, revision FROM cards ORDER BY id;
 
+-- name: card_projection_inputs
+-- Every card with its revision and the questions of the solved cards linking to it (as
+-- linked_questions gives them; NULL when none): what its projection is made of, so that a
+-- rebuild's catch-up sees a linking question that changed although the card's revision did not.
+SELECT c.id, c.revision, lq.questions
+FROM cards c LEFT JOIN (
+    SELECT l.target_id, array_agg(s.content->>'question' ORDER BY s.id) AS questions
+    FROM card_links l JOIN cards s ON s.id = l.source_id
+    WHERE s.family = 'solved_question' AND coalesce(s.content->>'question', '') <> ''
+    GROUP BY l.target_id) lq ON lq.target_id = c.id
+ORDER BY c.id;
+
 -- name: dependencies_delete
 DELETE FROM card_dependencies WHERE card_id = %(card_id)s;
 
@@ -175,12 +187,14 @@ RETURNING id;
 -- name: op_upsert_coalesced
 -- An upsert at %(revision)s for a card, folded into the card's pending upsert when it has one
 -- (queued earlier in the same transaction by migration 006's triggers, say): that operation
--- takes the new revision. Returns the operation's id.
+-- takes the new revision. A pending upsert that a projection in flight has locked
+-- (`ops_lock_open_upserts`) is skipped, not waited for: that projection read the card before
+-- this change, so the change gets an operation of its own. Returns the operation's id.
 WITH folded AS (
     UPDATE projection_ops SET revision = %(revision)s, updated_at = now()
     WHERE id = (SELECT id FROM projection_ops
                 WHERE card_id = %(card_id)s AND op = 'upsert' AND status = 'pending'
-                ORDER BY id LIMIT 1 FOR UPDATE)
+                ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING id
 ), inserted AS (
     INSERT INTO projection_ops (workspace_id, card_id, op, revision)
@@ -193,14 +207,16 @@ SELECT id FROM folded UNION ALL SELECT id FROM inserted;
 -- name: ops_insert_bulk
 -- One pending upsert per card (bulk import), at the cards' current revision: inserted where the
 -- card has none (the links of an import queue their targets through migration 006's triggers
--- first), else the pending one. The ids of both, in id order.
+-- first), else the pending one. A pending one locked by a projection in flight does not count
+-- (it read the card before this import; see op_upsert_coalesced). The ids of both, in id order.
 WITH inserted AS (
     INSERT INTO projection_ops (workspace_id, card_id, op, revision)
     SELECT %(workspace)s, c.id, 'upsert', c.revision
     FROM cards c
     WHERE c.id = ANY(%(ids)s)
       AND NOT EXISTS (SELECT 1 FROM projection_ops o
-                      WHERE o.card_id = c.id AND o.op = 'upsert' AND o.status = 'pending')
+                      WHERE o.card_id = c.id AND o.op = 'upsert' AND o.status = 'pending'
+                      FOR UPDATE SKIP LOCKED)
     ORDER BY c.id
     RETURNING id
 )
@@ -232,12 +248,24 @@ SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at 
     last_error = NULL
 WHERE id = ANY(%(ids)s) AND status <> 'done';
 
+-- name: ops_lock_open_upserts
+-- The open (or failed) upserts of cards about to be read for projection, locked until the
+-- projection commits: migration 017's trigger then queues a new upsert for a change it makes
+-- meanwhile instead of counting on one of these; one the trigger holds is waited for.
+SELECT id FROM projection_ops
+WHERE card_id = ANY(%(ids)s) AND status IN ('pending', 'failed') AND op = 'upsert'
+ORDER BY id
+FOR UPDATE;
+
 -- name: ops_supersede
--- Open (or failed) upserts of a card at or below the revision just projected are complete.
+-- Open (or failed) upserts of a card at or below the revision just projected are complete:
+-- those locked before the card was read (`ops_lock_open_upserts`), or every one when
+-- `only` is NULL (a rebuild's switch, which reads under the workspace lock).
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
 WHERE card_id = %(card_id)s AND status IN ('pending', 'failed') AND op = 'upsert'
-  AND revision <= %(revision)s;
+  AND revision <= %(revision)s
+  AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]));
 
 -- name: ops_supersede_deleted
 -- Every open operation of a deleted card is complete once its point is gone (ids are never reused).
@@ -350,6 +378,11 @@ SELECT pg_advisory_xact_lock_shared(hashtextextended('memarc.projection:' || %(w
 -- name: projection_lock_exclusive
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.projection:' || %(workspace)s, 0));
 
+-- name: collection_creation_lock
+-- Held by the projection job that creates a workspace's collection (its first projection), so
+-- that two jobs never create two (a Qdrant server's alias would keep only one of them).
+SELECT pg_advisory_xact_lock(hashtextextended('memarc.collection:' || %(workspace)s, 0));
+
 -- name: card_projection_lock
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.card:' || %(card_id)s::text, 0));
 
@@ -437,7 +470,7 @@ SELECT a.id, a.at, a.actor, a.verb,
 FROM activity a
 WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
   AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
-  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%')
+  AND (%(outcome)s::text IS NULL OR starts_with(a.outcome, %(outcome)s))
 ORDER BY a.at DESC, a.id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -445,7 +478,7 @@ LIMIT %(limit)s OFFSET %(offset)s;
 SELECT count(*) AS n FROM activity a
 WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
   AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
-  AND (%(outcome)s::text IS NULL OR a.outcome LIKE %(outcome)s || '%%');
+  AND (%(outcome)s::text IS NULL OR starts_with(a.outcome, %(outcome)s));
 
 -- ==== API tokens (shared/store/tokens.py) ====
 -- name: token_authenticate
