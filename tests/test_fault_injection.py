@@ -142,6 +142,47 @@ async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
         assert rows == statuses[201] + 1
 
 
+async def test_a_committed_write_is_a_201_when_postgresql_drops_during_its_wait(make_env):
+    """A create with ``wait`` commits, then waits for its projection (no worker runs here);
+    PostgreSQL is cut during the wait. The card is in PostgreSQL, so the answer is its 201 with
+    ``index_status`` pending (a 503 would invite a retry that duplicates the card)."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        p = urlsplit(env.settings.database_url)
+        if p.hostname in (None, "") or p.port is None:
+            skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
+        proxy = TcpProxy(p.hostname, p.port)
+        await proxy.start()
+        db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
+        await db.open()
+        app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
+                                                           embedder=None))
+        card = {"family": "sql_rule", "title": "Committed before the cut",
+                "content": {"rule": "r"}}
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                         base_url="http://t", timeout=30) as client:
+                base = "/api/workspaces/acme/memory"
+                write = asyncio.create_task(
+                    client.post(base, json=card, headers=h, params={"wait": 5}))
+                deadline = time.monotonic() + 10
+                while env.scalar("SELECT count(*) FROM memory.cards") == 0:  # committed
+                    assert time.monotonic() < deadline and not write.done(), "never committed"
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.3)  # inside the wait's polling
+                assert not write.done()
+                proxy.cut()
+                r = await asyncio.wait_for(write, 20)
+                assert r.status_code == 201, r.text
+                assert r.json()["index_status"] == "pending"
+                assert r.json()["card"]["title"] == card["title"]
+        finally:
+            await db.close()
+            await proxy.stop()
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 1
+
+
 async def test_concurrent_writers_for_30_seconds(make_env):
     async with make_env() as env:
         for ws in ("wa", "wb"):

@@ -26,7 +26,7 @@ from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.config import Settings
 from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
-                           InvalidInput, NotFound, SchemaOutdated)
+                           InvalidInput, NotFound, PoolExhausted, SchemaOutdated)
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.metrics import Metrics, QueueFigures
@@ -267,14 +267,21 @@ class Archive:
                 return "pending"
             await asyncio.sleep(0.1)
 
-    async def _written(self, workspace: str, card_uuid: uuid.UUID, op_id: int,
+    async def _written(self, workspace: str, card: Card, op_id: int,
                        wait: float) -> WriteResult:
-        """After a committed create or update: enqueue its projection, wait for it if asked,
-        and read the card back."""
+        """After a committed create or update (``card``: as its transaction wrote it):
+        enqueue its projection and wait for it if asked. The write is committed, so it is
+        answered as a success whatever happens here: a queue that is down leaves the operation
+        for the sweep, and a database lost (or a pool exhausted) during the wait makes the
+        status ``pending`` instead of a 503 that would invite a retry and a duplicate card."""
         await self.queue.enqueue(workspace, [op_id])
-        status = await self._wait(workspace, card_uuid, wait) if wait > 0 else "pending"
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            card = await cards.get(conn, card_uuid)
+        status = "pending"
+        if wait > 0:
+            try:
+                status = await self._wait(workspace, uuid.UUID(card.id[4:]), wait)
+            except (DatabaseUnavailable, PoolExhausted) as exc:
+                log.warning("card %s written; its projection state could not be read: %s",
+                            card.id, exc.message)
         return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
 
     # ---- card administration (memory.manage) ----
@@ -299,7 +306,8 @@ class Archive:
             op_id = await outbox.insert(conn, workspace, card_uuid, "upsert", revision)
             await activity_log.record(conn, workspace, actor=principal.actor, verb="create",
                                       card_uuid=card_uuid, outcome="ok")
-        return await self._written(workspace, card_uuid, op_id, wait)
+            card = await cards.get(conn, card_uuid)
+        return await self._written(workspace, card, op_id, wait)
 
     @audited("update")
     async def update_card(self, principal: Principal, workspace: str, card_id: str,
@@ -321,7 +329,8 @@ class Archive:
             await activity_log.record(conn, workspace, actor=principal.actor, verb="update",
                                       card_uuid=card_uuid, outcome="ok",
                                       detail={"revision": revision})
-        return await self._written(workspace, card_uuid, op_id, wait)
+            card = await cards.get(conn, card_uuid)
+        return await self._written(workspace, card, op_id, wait)
 
     @audited("delete")
     async def delete_card(self, principal: Principal, workspace: str, card_id: str,
