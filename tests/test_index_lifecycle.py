@@ -671,3 +671,38 @@ async def test_concurrent_first_projections_create_one_collection(make_env):
         assert counting.most_inside == 1 and counting.calls in (1, 2), vars(counting)
         found = {x["card"]["id"] for x in (await _search(env, h))["results"]}
         assert found == {c["id"] for c in cards}
+
+
+async def test_a_rebuild_keeps_its_lease_while_it_records_no_progress(make_env):
+    """A rebuild that records no progress for longer than its lease (a long optimize step or
+    catch-up; here a stalled hook after the first batch, lease 1 s) keeps renewing it, so the
+    sweep never takes it for abandoned and no second worker claims it."""
+    from shared.projection.rebuild import rebuild_index
+    from shared.store import rebuilds
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await _create(env, h, 3)
+        await env.drain()
+        started = asyncio.Event()
+
+        async def stall(collection: str) -> None:
+            started.set()
+            await asyncio.sleep(3.0)
+
+        r = await env.client.post(f"{BASE}/index", headers=h)
+        rid = uuid.UUID(r.json()["id"])
+        task = asyncio.create_task(rebuild_index(
+            env.resources.db, env.resources.index, env.resources.embedder, "acme", rid,
+            lease_seconds=1, on_batch_written=stall))
+        await asyncio.wait_for(started.wait(), 60)
+        for _ in range(5):  # 2.5 s of stall, beyond the 1 s lease
+            await asyncio.sleep(0.5)
+            live = env.scalar("SELECT lease_expires_at > now() FROM memory.index_rebuilds "
+                              "WHERE id = %s", rid)
+            assert live is True
+            async with env.resources.db.transaction("acme") as conn:  # a second worker's claim
+                assert await rebuilds.claim(conn, rid, 1) is None
+        row = await asyncio.wait_for(task, 60)
+        assert row["status"] == "done", row

@@ -3,7 +3,8 @@
 The projection is rebuilt from authoritative cards only, into a new collection, then switched in
 atomically.
 
-1. Claim the tracked rebuild (a lease renewed on progress; an expired lease is re-claimed by the
+1. Claim the tracked rebuild (a lease renewed on progress and by a heartbeat every third of
+   it, through the optimize step and the catch-up too; an expired lease is re-claimed by the
    sweep and the rebuild starts over).
 2. Create a new collection; read every card of the workspace from PostgreSQL in id order, embed
    and write it. Recall keeps answering from the old collection meanwhile, and workers keep
@@ -133,6 +134,21 @@ def _diff(current: dict[uuid.UUID, Inputs], written: dict[uuid.UUID, Inputs]) ->
     return sorted(changed + gone, key=str)
 
 
+async def _keep_lease(db: Database, workspace: str, rebuild_id: uuid.UUID,
+                      lease_seconds: int) -> None:
+    """Renew the rebuild's lease every third of it until cancelled, so that a long optimize
+    step or catch-up (which record no progress) is never taken for an abandoned rebuild and
+    claimed by a second worker. A failed renewal is logged and tried again next time."""
+    while True:
+        await asyncio.sleep(max(lease_seconds / 3, 0.05))
+        try:
+            async with db.transaction(workspace) as conn:
+                await rebuilds.renew(conn, rebuild_id, lease_seconds)
+        except Exception as exc:  # the rebuild itself notices a lost database
+            log.warning("could not renew the lease of index rebuild %s: %s", rebuild_id,
+                        getattr(exc, "message", exc))
+
+
 async def _release(db: Database, index: IndexEngine, workspace: str, rebuild_id: uuid.UUID,
                    target: str | None) -> None:
     """Put an interrupted rebuild back in the queue and drop its unfinished collection."""
@@ -176,6 +192,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         ws = await workspaces.get(conn, workspace)
     started = time.perf_counter()
     target: str | None = None
+    heartbeat = asyncio.create_task(_keep_lease(db, workspace, rebuild_id, lease_seconds))
     try:
         target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
         current = await _revisions(db, workspace)
@@ -257,3 +274,5 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
                                       outcome="failed", detail={"error": message[:500]})
         return row
+    finally:
+        heartbeat.cancel()  # it renews running rebuilds only: done, failed or queued stay so

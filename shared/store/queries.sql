@@ -416,6 +416,13 @@ SET done = %(done)s, total = %(total)s, collection = %(collection)s,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s;
 
+-- name: rebuild_renew
+-- A running rebuild's lease, renewed by its heartbeat (between progress records: the optimize
+-- step and the catch-up passes record none).
+UPDATE index_rebuilds
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = %(id)s AND status = 'running';
+
 -- name: rebuild_finish
 UPDATE index_rebuilds
 SET status = %(status)s, summary = %(summary)s, error = %(error)s, finished_at = now(),

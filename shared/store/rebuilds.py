@@ -45,6 +45,11 @@ async def progress(conn: AsyncConnection, rebuild_id: uuid.UUID, *, done: int, t
         "lease_seconds": lease_seconds})
 
 
+async def renew(conn: AsyncConnection, rebuild_id: uuid.UUID, lease_seconds: int) -> None:
+    """Renew a running rebuild's lease by ``lease_seconds`` from now."""
+    await conn.execute(Q.rebuild_renew, {"id": rebuild_id, "lease_seconds": lease_seconds})
+
+
 async def finish(conn: AsyncConnection, rebuild_id: uuid.UUID, *, status: str,
                  summary: dict[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
     """Close a rebuild as ``done`` (with its summary) or ``failed`` (with the error); returns
