@@ -197,6 +197,15 @@ async def test_malformed_requests_are_4xx_problems_and_write_nothing(make_env, s
         with subtests.test("NUL in a list query"):
             r = await env.client.get(BASE, params={"q": "a\x00b"}, headers=h)
             assert r.status_code == 422 and "NUL" in r.json()["detail"]
+        for name, filters in (("database", {"database": "fin\x00"}),
+                              ("scope", {"scope": "a\x00"}),
+                              ("concepts[1]", {"concepts": ["ok", "b\x00"]}),
+                              ("table", {"database": "fin", "table": "t\x00"})):
+            with subtests.test("NUL in a recall filter", filter=name):
+                r = await env.client.post(f"{BASE}/search", headers=h,
+                                          json={"query": "loans", "filters": filters})
+                assert r.status_code == 422, r.text
+                assert r.json()["field"] == f"filters.{name}", r.text
         with subtests.test("a blank recall query"):
             r = await env.client.post(f"{BASE}/search", json={"query": "   "}, headers=h)
             assert r.status_code == 422 and "blank" in r.json()["detail"]

@@ -25,7 +25,7 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
     Exclusions are card ids in any spelling (:func:`~shared.models.parse_card_id`), each once.
 
     :raises InvalidInput: a family outside the mode, an exclusion that is not a card id, a
-        physical filter with a gap. :raises Forbidden: a filter outside the token's binding.
+        physical filter with a gap, a NUL character in the query or a filter value. :raises Forbidden: a filter outside the token's binding.
     """
     if not req.query.strip():
         raise InvalidInput("query must not be blank", field="query")
@@ -39,6 +39,10 @@ def build_filter(principal: Principal, req: SearchRequest) -> IndexFilter:
                                f"(allowed: {', '.join(allowed)})", field="family")
         families = tuple(f for f in allowed if f in req.family)
     flt = req.filters or Filters()
+    for name in ("scope", "database", "schema", "table", "column"):
+        reject_nul(getattr(flt, name), f"filters.{name}")
+    for i, concept in enumerate(flt.concepts):
+        reject_nul(concept, f"filters.concepts[{i}]")
     database, schema = flt.database, flt.schema
     if principal.database is not None:
         if database is not None and database != principal.database:
