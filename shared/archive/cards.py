@@ -564,8 +564,9 @@ class Archive:
         :raises InvalidInput: no lines (``no cards``), a line is invalid (its number and key
             are named), a blank key (whitespace only) or one with leading or trailing
             whitespace (``field`` ``key``, ``line``: it is refused, never trimmed), duplicate keys,
-            a link to no card of the file or the workspace, a link to itself, a family that
-            would change (``update``), more than 20,000 cards, another ``on_conflict``.
+            a link to no card of the file or the workspace, a link to itself, a line whose
+            card is of another family (with either ``on_conflict``), more than 20,000 cards,
+            another ``on_conflict``.
         """
         principal.require(workspace, "memory.manage")
         if on_conflict not in models.ON_CONFLICT:
@@ -597,6 +598,13 @@ class Archive:
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
             refs, existing = await _import_refs(conn, items, line_of)
+            family_of = await cards.families(conn, [refs[k] for k in existing])
+            for line in items:  # whatever on_conflict says: a skipped line is no other card
+                if line.key in existing and family_of[refs[line.key]] != line.family:
+                    raise InvalidInput(
+                        f"line {line_of[line.key]} (key {line.key!r}): its card "
+                        f"{card_id_str(refs[line.key])} is a {family_of[refs[line.key]]}; a "
+                        "card's family cannot change", line=line_of[line.key])
             new = [c for c in items if c.key not in existing]
             await cards.insert_imported(conn, workspace, new, refs)
             updated = (await _update_imported(conn, workspace, items, refs, existing, line_of)

@@ -96,6 +96,14 @@ async def revisions(conn: AsyncConnection) -> dict[uuid.UUID, int]:
     return {r["id"]: r["revision"] for r in await cur.fetchall()}
 
 
+async def families(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The family of each card of ``ids`` that exists."""
+    if not ids:
+        return {}
+    cur = await conn.execute(Q.card_families, {"ids": ids})
+    return {r["id"]: r["family"] for r in await cur.fetchall()}
+
+
 async def projection_inputs(conn: AsyncConnection) -> dict[uuid.UUID, tuple[int, list[str]]]:
     """Every card id of the workspace, in id order, with its revision and the questions of the
     solved cards linking to it (as :func:`linked_questions` gives them; ``[]`` when none)."""

@@ -97,6 +97,9 @@ WHERE l.target_id = ANY(%(ids)s) AND s.family = 'solved_question'
   AND coalesce(s.content->>'question', '') <> ''
 GROUP BY l.target_id;
 
+-- name: card_families
+SELECT id, family FROM cards WHERE id = ANY(%(ids)s);
+
 -- name: card_revisions
 SELECT id, revision FROM cards ORDER BY id;
 
