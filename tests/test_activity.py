@@ -44,6 +44,9 @@ async def test_activity_records_changes_and_rejections(make_env):
         assert r.status_code == 403
         r = await env.client.get(f"{BASE}/activity", params={"card_id": "nope"}, headers=h)
         assert r.status_code == 422
+        for path in ("activity", "pending"):  # an offset past bigint names itself, not SQL
+            r = await env.client.get(f"{BASE}/{path}", params={"offset": 10**20}, headers=h)
+            assert r.status_code == 400 and "offset" in r.text, r.text
 
 
 async def test_explorer_lists_activity_only_to_permitted_actors(make_env):

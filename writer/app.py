@@ -50,6 +50,9 @@ log = logging.getLogger("memarc.writer")
 _HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
                413: "request_too_large", 401: "unauthorized", 403: "forbidden"}
 MAX_IMPORT_BYTES = 64_000_000
+#: the largest ``offset`` of the pending and activity pages (a bound, so a huge number is a 400
+#: naming the parameter rather than PostgreSQL's "bigint out of range")
+MAX_OFFSET = 1_000_000_000
 
 WorkspaceId = Annotated[str, Parameter(description="Workspace id", max_length=63)]
 CardId = Annotated[str, Parameter(description="Card id, mem-<UUID>", max_length=60)]
@@ -265,7 +268,7 @@ class MemoryController(Controller):
     async def pending(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
                       limit: FromQuery[Annotated[int, Parameter(ge=1, le=1000)]] = 100,
-                      offset: FromQuery[Annotated[int, Parameter(ge=0)]] = 0) -> PendingPage:
+                      offset: FromQuery[Annotated[int, Parameter(ge=0, le=MAX_OFFSET)]] = 0) -> PendingPage:
         """Every incomplete projection operation (upserts and deletions): card id, operation,
         status, attempts, last error, age in seconds."""
         return await archive.pending(principal, workspace_id, limit, offset)
@@ -278,7 +281,7 @@ class MemoryController(Controller):
         card_id: FromQuery[Annotated[str | None, Parameter(max_length=60)]] = None,
         outcome: FromQuery[Annotated[str | None, Parameter(max_length=100)]] = None,
         limit: FromQuery[Annotated[int, Parameter(ge=1, le=500)]] = 50,
-        offset: FromQuery[Annotated[int, Parameter(ge=0)]] = 0,
+        offset: FromQuery[Annotated[int, Parameter(ge=0, le=MAX_OFFSET)]] = 0,
     ) -> dict[str, Any]:
         """Every state change and every rejected or failed attempt, newest first:
         ``{activity: [{id, at, actor, verb, card_id, outcome, detail}], total}``; filters
