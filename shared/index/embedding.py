@@ -26,6 +26,11 @@ BM25_MODEL = "Qdrant/bm25"
 LANGUAGES = {"en": "english", "it": "italian"}
 #: texts per dense batch (sorted by length, so a batch pads little)
 DENSE_BATCH = 16
+#: added to a model-loading error when no local model folder is configured (an offline machine
+#: cannot reach fastembed's model hub)
+OFFLINE_HINT = (" (no local model folder is configured: on a machine without access to the model "
+                "hub, set MEMARC_DENSE_MODEL_PATH and MEMARC_BM25_MODEL_PATH to the model folders, "
+                "as `make demo` does with ../shared/models; see the README's Settings)")
 
 
 class Embedder:
@@ -105,7 +110,8 @@ class Embedder:
         try:
             return TextEmbedding(name, **kwargs)
         except Exception as exc:  # fastembed raises plain ValueError/OSError/...
-            raise EmbedderUnavailable(f"cannot load dense model {name!r}: {exc}") from exc
+            raise EmbedderUnavailable(f"cannot load dense model {name!r}: {exc}"
+                                      f"{'' if path else OFFLINE_HINT}") from exc
 
     def _load_sparse(self, language: str) -> Any:
         lang = LANGUAGES.get(language, "english")
@@ -121,7 +127,8 @@ class Embedder:
                     try:
                         self._sparse[lang] = SparseTextEmbedding(BM25_MODEL, **kwargs)
                     except Exception as exc:
-                        raise EmbedderUnavailable(f"cannot load {BM25_MODEL}: {exc}") from exc
+                        hint = "" if self.settings.bm25_model_path else OFFLINE_HINT
+                        raise EmbedderUnavailable(f"cannot load {BM25_MODEL}: {exc}{hint}") from exc
         return self._sparse[lang]
 
     def load(self, languages: tuple[str, ...] = ("en",)) -> None:
