@@ -301,6 +301,15 @@ async def test_permissions_bindings_and_bad_input(make_env):
             r = await env.client.post(CHANGES, headers=hs, json=body)
             assert r.status_code in (400, 422), (body, r.text)
         assert env.scalar("SELECT count(*) FROM memory.schema_change_runs") == 0
+        # a NUL in the run id is refused, and the refusal is still recorded (escaped: jsonb
+        # cannot hold a NUL)
+        before = env.scalar("SELECT count(*) FROM memory.activity WHERE outcome LIKE 'rejected:%%'")
+        r = await env.client.post(CHANGES, headers=hs, json=dict(run, run_id="r\x00"))
+        assert r.status_code == 422, r.text
+        assert env.scalar("SELECT count(*) FROM memory.activity "
+                          "WHERE outcome LIKE 'rejected:%%'") == before + 1
+        assert env.scalar("SELECT detail::text FROM memory.activity ORDER BY id DESC LIMIT 1"
+                          ).count("\\\\u0000") >= 1
         bound = env.token("acme", "memory.schema", database="shop", db_schema="public")
         r = await env.client.post(CHANGES, headers=bound, json=run)
         assert r.status_code == 200 and r.json()["deleted"] == []

@@ -44,6 +44,19 @@ def outcome_of(exc: BaseException) -> str:
     return f"failed:{getattr(exc, 'code', 'internal_error')}"
 
 
+def _printable(value: Any) -> Any:
+    """``value`` (a detail: strings, lists, dicts) with each NUL character written as the six
+    characters ``\\u0000``: a rejected request may carry one (its session or run id, say), and
+    PostgreSQL's jsonb cannot store it, so the record would be lost."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000")
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable(v) for v in value]
+    return value
+
+
 async def record_rejection(db: Database, principal: Principal, workspace: str, verb: str,
                            exc: BaseException, *, card_uuid: uuid.UUID | None = None,
                            detail: dict[str, Any] | None = None) -> bool:
@@ -70,7 +83,8 @@ async def record_rejection(db: Database, principal: Principal, workspace: str, v
         async with db.transaction(workspace) as conn:
             await activity_log.record(
                 conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
-                outcome=outcome_of(exc), detail={**(detail or {}), "message": message[:500]})
+                outcome=outcome_of(exc),
+                detail=_printable({**(detail or {}), "message": message[:500]}))
     except Exception:  # noqa: BLE001 - the original error is what the caller reports
         log.warning("could not record %s %s in %s", outcome_of(exc), verb, workspace)
         return False
