@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -181,6 +182,59 @@ async def test_a_committed_write_is_a_201_when_postgresql_drops_during_its_wait(
             await db.close()
             await proxy.stop()
         assert env.scalar("SELECT count(*) FROM memory.cards") == 1
+
+
+async def test_a_rebuild_cut_off_from_postgresql_is_queued_again_when_it_answers(make_env):
+    """PostgreSQL is cut (TCP proxy) under a running index rebuild and let through again two
+    seconds later: the rebuild goes back to ``queued`` then, not ``running`` until its lease
+    expires (which refused every new ``memarc index`` for five minutes), and the next worker run
+    completes it."""
+    from shared.projection.rebuild import rebuild_index
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        p = urlsplit(env.settings.database_url)
+        if p.hostname in (None, "") or p.port is None:
+            skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
+        base = "/api/workspaces/acme/memory"
+        for i in range(3):
+            r = await env.client.post(base, headers=h, json={
+                "family": "sql_rule", "title": f"Rule {i}", "content": {"rule": f"rule {i}"}})
+            assert r.status_code == 201
+        await env.drain()
+        r = await env.client.post(f"{base}/index", headers=h)
+        rid = r.json()["id"]
+        proxy = TcpProxy(p.hostname, p.port)
+        await proxy.start()
+        db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
+        await db.open()
+        started, go_on = asyncio.Event(), asyncio.Event()
+
+        async def stall(collection: str) -> None:
+            started.set()
+            await go_on.wait()
+
+        try:
+            task = asyncio.create_task(rebuild_index(
+                db, env.resources.index, env.resources.embedder, "acme", uuid.UUID(rid),
+                on_batch_written=stall))
+            await asyncio.wait_for(started.wait(), 60)
+            proxy.cut()
+            go_on.set()  # the catch-up reads PostgreSQL next: it is unavailable
+            await asyncio.sleep(2.0)
+            assert env.scalar("SELECT status FROM memory.index_rebuilds WHERE id = %s",
+                              rid) == "running"
+            proxy.up = True
+            row = await asyncio.wait_for(task, 30)
+            assert row is not None and row["status"] == "queued", row
+        finally:
+            await db.close()
+            await proxy.stop()
+        assert env.scalar("SELECT status FROM memory.index_rebuilds WHERE id = %s",
+                          rid) == "queued"
+        await env.drain()  # the start-up sweep offers the queued rebuild again
+        assert env.scalar("SELECT status FROM memory.index_rebuilds WHERE id = %s", rid) == "done"
 
 
 async def test_concurrent_writers_for_30_seconds(make_env):

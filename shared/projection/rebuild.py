@@ -48,6 +48,7 @@ from typing import Any
 import msgspec
 from psycopg import AsyncConnection
 
+from shared.errors import DatabaseUnavailable, PoolExhausted
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.models import Card
@@ -149,6 +150,31 @@ async def _keep_lease(db: Database, workspace: str, rebuild_id: uuid.UUID,
                         getattr(exc, "message", exc))
 
 
+#: how long a rebuild interrupted by a PostgreSQL outage keeps trying to put itself back in the
+#: queue (then its lease expiring is the way back)
+RELEASE_RETRY_SECONDS = 60.0
+
+
+async def _release_when_back(db: Database, index: IndexEngine, workspace: str,
+                             rebuild_id: uuid.UUID, target: str | None) -> dict[str, Any] | None:
+    """:func:`_release` retried once a second for up to :data:`RELEASE_RETRY_SECONDS` while
+    PostgreSQL is unavailable; returns the rebuild's row once released, None if the database
+    never answered (the lease then expires and the sweep re-claims it)."""
+    deadline = time.monotonic() + RELEASE_RETRY_SECONDS
+    while True:
+        try:
+            await _release(db, index, workspace, rebuild_id, target)
+            async with db.transaction(workspace, read_only=True) as conn:
+                return await rebuilds.get(conn, rebuild_id)
+        except (DatabaseUnavailable, PoolExhausted):
+            if time.monotonic() >= deadline:
+                log.warning("index rebuild %s could not be queued again; its lease will expire",
+                            rebuild_id)
+                return None
+            target = None  # dropped (or left for the next switch) by the first try
+            await asyncio.sleep(1.0)
+
+
 async def _release(db: Database, index: IndexEngine, workspace: str, rebuild_id: uuid.UUID,
                    target: str | None) -> None:
     """Put an interrupted rebuild back in the queue and drop its unfinished collection."""
@@ -173,7 +199,10 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
 
     Every card goes through the privacy filter before it is embedded. Failures, a card the
     filter refuses included (fail closed), are recorded on the rebuild (status ``failed``,
-    error) and the new collection is dropped; the workspace keeps its old collection.
+    error) and the new collection is dropped; the workspace keeps its old collection. A
+    PostgreSQL outage is not a failure of the rebuild: it is put back in the queue once the
+    database answers (:func:`_release_when_back`; the returned row then says ``queued``), and
+    the sweep starts it over.
 
     ``on_batch_written`` (None in production) is awaited with the new collection's name after
     each batch of the first pass is written and its progress recorded, before the catch-up and
@@ -261,6 +290,14 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         log.warning("index rebuild of %s interrupted; it is queued again", workspace)
         await asyncio.shield(_release(db, index, workspace, rebuild_id, target))
         raise
+    except (DatabaseUnavailable, PoolExhausted) as exc:
+        # PostgreSQL went away under the rebuild, which did nothing wrong: it goes back to the
+        # queue as soon as the database answers again (the sweep then starts it over), instead
+        # of staying "running" and refusing every new rebuild until its lease expires
+        log.warning("index rebuild of %s interrupted: %s; it is queued again once PostgreSQL "
+                    "answers", workspace, exc.message)
+        heartbeat.cancel()
+        return await _release_when_back(db, index, workspace, rebuild_id, target)
     except Exception as exc:
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         log.warning("index rebuild of %s failed: %s", workspace, message)
