@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from helpers import free_port, live_writer, run_cli
 
 from writer.cli import COMMANDS, build_parser, subcommands
@@ -116,6 +118,21 @@ async def test_cli_without_a_reachable_writer_exits_4(make_env, monkeypatch, cap
         monkeypatch.setenv("MEMARC_URL", f"http://127.0.0.1:{free_port()}")
         code, _, err = await run_cli(capsys, "list", "--workspace", "acme")
         assert code == 4 and json.loads(err)["code"] == "writer_unreachable"
+        # a URL that names no writer is a configuration error (2), not an unreachable one
+        for bad in ("notaurl", "ftp://127.0.0.1:8000", "http://"):
+            monkeypatch.setenv("MEMARC_URL", bad)
+            code, _, err = await run_cli(capsys, "list", "--workspace", "acme")
+            assert code == 2 and json.loads(err)["code"] == "bad_url", (bad, err)
+
+
+def test_an_unknown_argument_prints_the_commands_usage(capsys):
+    from writer.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["list", "--workspace", "acme", "--bogus"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: memarc list ") and "unrecognized arguments: --bogus" in err
 
 
 async def test_cli_token_create_splits_the_reviewer_gate_and_warns_about_both(

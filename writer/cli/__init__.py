@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK logs every HTTP request at INFO
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage, not the top-level one argparse would print
+        subcommands(parser)[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     import psycopg
 
     from shared.errors import ArchiveError

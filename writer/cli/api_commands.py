@@ -34,9 +34,17 @@ class ApiClient:
         """``url`` defaults to ``MEMARC_URL`` (else ``http://127.0.0.1:8000``), ``token`` to
         ``MEMARC_TOKEN``.
 
-        :raises CliError: ``no_token``, no token given or set.
+        :raises CliError: ``no_token``, no token given or set; ``bad_url`` (status 2), a URL
+            that is not ``http(s)://host[:port]`` (a configuration error, not an unreachable
+            writer).
         """
+        from urllib.parse import urlsplit
+
         self.url = (url or os.environ.get("MEMARC_URL") or "http://127.0.0.1:8000").rstrip("/")
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliError({"error": f"MEMARC_URL {self.url!r} is not an http(s)://host[:port] "
+                                     "URL of the writer", "code": "bad_url"})
         token = token or os.environ.get("MEMARC_TOKEN")
         if not token:
             raise CliError({"error": "set MEMARC_TOKEN (from `memarc token create`)",
