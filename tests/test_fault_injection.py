@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -93,22 +94,34 @@ def _via(url: str, port: int) -> str:
     return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
 
 
+@contextlib.asynccontextmanager
+async def _through_proxy(env):
+    """``(proxy, db)``: a :class:`TcpProxy` in front of the test's PostgreSQL and a
+    :class:`Database` connected through it (2 s connect timeout), both closed at the end; skips
+    (fails in CI) when PostgreSQL is reached over a socket, where no proxy can stand."""
+    p = urlsplit(env.settings.database_url)
+    if p.hostname in (None, "") or p.port is None:
+        skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
+    proxy = TcpProxy(p.hostname, p.port)
+    await proxy.start()
+    db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
+    await db.open()
+    try:
+        yield proxy, db
+    finally:
+        await db.close()
+        await proxy.stop()
+
+
 async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
-        p = urlsplit(env.settings.database_url)
-        if p.hostname in (None, "") or p.port is None:
-            skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
-        proxy = TcpProxy(p.hostname, p.port)
-        await proxy.start()
-        db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
-        await db.open()
-        app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
-                                                           embedder=None))
         statuses: collections.Counter = collections.Counter()
         card = {"family": "sql_rule", "title": "t", "content": {"rule": "r"}}
-        try:
+        async with _through_proxy(env) as (proxy, db):
+            app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
+                                                               embedder=None))
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                          base_url="http://t", timeout=30) as client:
                 base = "/api/workspaces/acme/memory"
@@ -134,9 +147,6 @@ async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
                 assert r.status_code == 200
                 r = await client.post(base, json=card, headers=h)
                 assert r.status_code == 201
-        finally:
-            await db.close()
-            await proxy.stop()
         # only acknowledged writes exist: every 201 is a row, and nothing else
         with psycopg.connect(env.migrator_url) as conn:
             rows = conn.execute("SELECT count(*) FROM memory.cards").fetchone()[0]
@@ -150,18 +160,11 @@ async def test_a_committed_write_is_a_201_when_postgresql_drops_during_its_wait(
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
-        p = urlsplit(env.settings.database_url)
-        if p.hostname in (None, "") or p.port is None:
-            skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
-        proxy = TcpProxy(p.hostname, p.port)
-        await proxy.start()
-        db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
-        await db.open()
-        app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
-                                                           embedder=None))
         card = {"family": "sql_rule", "title": "Committed before the cut",
                 "content": {"rule": "r"}}
-        try:
+        async with _through_proxy(env) as (proxy, db):
+            app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
+                                                               embedder=None))
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                          base_url="http://t", timeout=30) as client:
                 base = "/api/workspaces/acme/memory"
@@ -178,9 +181,6 @@ async def test_a_committed_write_is_a_201_when_postgresql_drops_during_its_wait(
                 assert r.status_code == 201, r.text
                 assert r.json()["index_status"] == "pending"
                 assert r.json()["card"]["title"] == card["title"]
-        finally:
-            await db.close()
-            await proxy.stop()
         assert env.scalar("SELECT count(*) FROM memory.cards") == 1
 
 
@@ -194,9 +194,6 @@ async def test_a_rebuild_cut_off_from_postgresql_is_queued_again_when_it_answers
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
-        p = urlsplit(env.settings.database_url)
-        if p.hostname in (None, "") or p.port is None:
-            skip_or_fail("needs PostgreSQL over TCP (MEMARC_TEST_DATABASE_URL)")  # embedded: a socket
         base = "/api/workspaces/acme/memory"
         for i in range(3):
             r = await env.client.post(base, headers=h, json={
@@ -205,17 +202,13 @@ async def test_a_rebuild_cut_off_from_postgresql_is_queued_again_when_it_answers
         await env.drain()
         r = await env.client.post(f"{base}/index", headers=h)
         rid = r.json()["id"]
-        proxy = TcpProxy(p.hostname, p.port)
-        await proxy.start()
-        db = Database(_via(env.settings.database_url, proxy.port), "memory", timeout=2)
-        await db.open()
         started, go_on = asyncio.Event(), asyncio.Event()
 
         async def stall(collection: str) -> None:
             started.set()
             await go_on.wait()
 
-        try:
+        async with _through_proxy(env) as (proxy, db):
             task = asyncio.create_task(rebuild_index(
                 db, env.resources.index, env.resources.embedder, "acme", uuid.UUID(rid),
                 on_batch_written=stall))
@@ -228,9 +221,6 @@ async def test_a_rebuild_cut_off_from_postgresql_is_queued_again_when_it_answers
             proxy.up = True
             row = await asyncio.wait_for(task, 30)
             assert row is not None and row["status"] == "queued", row
-        finally:
-            await db.close()
-            await proxy.stop()
         assert env.scalar("SELECT status FROM memory.index_rebuilds WHERE id = %s",
                           rid) == "queued"
         await env.drain()  # the start-up sweep offers the queued rebuild again

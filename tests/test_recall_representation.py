@@ -436,6 +436,24 @@ async def test_a_session_without_the_archive_search_path_can_link_cards(make_env
             assert queued_then_done() == 1
 
 
+async def _elder_clause_and_its_question(env, h) -> tuple[dict, dict]:
+    """The elder clause and a solved question linking to it ("elderly"), projected."""
+    clause = await _create(env, h, ELDER_CLAUSE)
+    solved = await _create(env, h, _solved("How many elderly patients are there?",
+                                           [clause["id"]]))
+    await env.drain()
+    return clause, solved
+
+
+async def _change_question(env, h, solved: dict, question: str) -> None:
+    """PUT a solved card with another question (its current revision, links and the rest kept)."""
+    shown = (await env.client.get(f"{BASE}/{solved['id']}", headers=h)).json()["card"]
+    body = {k: shown[k] for k in ("family", "title", "content", "links", "revision")}
+    body["content"] = {**body["content"], "question": question}
+    r = await env.client.put(f"{BASE}/{solved['id']}", headers=h, json=body)
+    assert r.status_code == 200, r.text
+
+
 class _GatedIndex:
     """Test seam: the process's real index engine, whose ``upsert`` waits until ``release`` is
     set (after telling ``upserting``), so that a test can commit a write while a projection job
@@ -471,10 +489,7 @@ async def test_a_question_changed_during_a_projection_of_its_clause_is_projected
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
-        clause = await _create(env, h, ELDER_CLAUSE)
-        solved = await _create(env, h, _solved("How many elderly patients are there?",
-                                               [clause["id"]]))
-        await env.drain()
+        clause, solved = await _elder_clause_and_its_question(env, h)
         assert await _bm25_rank(env, h, "elderly", clause["id"]) == 1
         # a new revision of the clause: one pending upsert, projected below by a gated job
         shown = (await env.client.get(f"{BASE}/{clause['id']}", headers=h)).json()["card"]
@@ -487,11 +502,7 @@ async def test_a_question_changed_during_a_projection_of_its_clause_is_projected
         gated = _GatedIndex(res.index)
         job = asyncio.create_task(project_operations(res.db, gated, res.embedder, "acme", None))
         await asyncio.wait_for(gated.upserting.wait(), 60)  # read, embedded, not yet written
-        shown = (await env.client.get(f"{BASE}/{solved['id']}", headers=h)).json()["card"]
-        body = {k: shown[k] for k in ("family", "title", "content", "links", "revision")}
-        body["content"] = {**body["content"], "question": "How many senior patients are there?"}
-        r = await env.client.put(f"{BASE}/{solved['id']}", headers=h, json=body)
-        assert r.status_code == 200, r.text
+        await _change_question(env, h, solved, "How many senior patients are there?")
         gated.release.set()
         report = await asyncio.wait_for(job, 60)
         assert report.upserted >= 1 and report.failed == 0, report
@@ -514,21 +525,13 @@ async def test_a_question_changed_during_a_rebuild_reaches_its_clause_in_the_new
     async with make_env() as env:
         env.workspace("acme")
         h = env.token("acme")
-        clause = await _create(env, h, ELDER_CLAUSE)
-        solved = await _create(env, h, _solved("How many elderly patients are there?",
-                                               [clause["id"]]))
-        await env.drain()
+        clause, solved = await _elder_clause_and_its_question(env, h)
         calls = {"n": 0}
 
         async def change_question(collection: str) -> None:
             calls["n"] += 1
             if calls["n"] == 1:  # both cards are in the new collection, with the old question
-                shown = (await env.client.get(f"{BASE}/{solved['id']}", headers=h)).json()["card"]
-                body = {k: shown[k] for k in ("family", "title", "content", "links", "revision")}
-                body["content"] = {**body["content"],
-                                   "question": "How many senior patients are there?"}
-                r = await env.client.put(f"{BASE}/{solved['id']}", headers=h, json=body)
-                assert r.status_code == 200, r.text
+                await _change_question(env, h, solved, "How many senior patients are there?")
 
         r = await env.client.post(f"{BASE}/index", headers=h)
         rid = uuid.UUID(r.json()["id"])
