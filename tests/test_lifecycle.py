@@ -252,3 +252,21 @@ async def test_openapi_document_lists_every_route(make_env):
         for suffix in ("", "/{card_id}", "/pending", "/search", "/{card_id}/retry", "/import"):
             assert base + suffix in paths
         assert set(paths[base + "/{card_id}"]) >= {"get", "put", "delete"}
+
+
+async def test_a_write_that_waits_reports_current_in_the_card_too(make_env):
+    """``?wait`` with a worker running: the answer's ``index_status`` and the card's own say the
+    same (the card is read in the write's transaction, before its projection)."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        body = {"family": "sql_rule", "title": "Waited for", "content": {"rule": "r"}}
+        async with env.running_worker():
+            r = await env.client.post(BASE, json=body, headers=h, params={"wait": 20})
+            assert r.status_code == 201, r.text
+            assert r.json()["index_status"] == r.json()["card"]["index_status"] == "current"
+            card = r.json()["card"]
+            r = await env.client.put(f"{BASE}/{card['id']}", headers=h, params={"wait": 20},
+                                     json={**body, "title": "Waited again", "revision": 1})
+            assert r.status_code == 200, r.text
+            assert r.json()["index_status"] == r.json()["card"]["index_status"] == "current"

@@ -475,13 +475,16 @@ class _GatedIndex:
         return await self._inner.upsert(*args, **kwargs)
 
 
+@pytest.mark.parametrize("second_pending", [False, True])
 async def test_a_question_changed_during_a_projection_of_its_clause_is_projected_after_it(
-        make_env):
+        make_env, second_pending):
     """Migration 017: a solved card's question that changes while a projection of a clause it
     links to is in flight (the job has read the clause's linked questions, not yet recorded
     them) leaves the clause's re-projection pending: the job completes only the operations it
-    locked before reading, so the new question reaches the clause's projection with the next
-    job instead of being marked done with the old text."""
+    saw, unchanged, before reading, so the new question reaches the clause's projection with the
+    next job instead of being marked done with the old text. ``second_pending``: the clause has
+    another pending upsert, which the job did not lease but would complete; the trigger then
+    re-stamps it instead of queuing a new one, and the job must leave it pending."""
     import asyncio
 
     from shared.projection.project import project_operations
@@ -498,15 +501,23 @@ async def test_a_question_changed_during_a_projection_of_its_clause_is_projected
                                  json={**body, "scope": "clinic"})
         assert r.status_code == 200, r.text
         assert _open_upserts(env, clause["id"]) == 1
+        leased = env.scalar("SELECT id FROM memory.projection_ops WHERE status = 'pending'")
+        if second_pending:
+            with psycopg.connect(env.migrator_url) as conn:
+                conn.execute("INSERT INTO memory.projection_ops (workspace_id, card_id, op, "
+                             "revision) SELECT workspace_id, id, 'upsert', revision "
+                             "FROM memory.cards WHERE id = %s", [clause["id"][4:]])
         res = env.resources
         gated = _GatedIndex(res.index)
-        job = asyncio.create_task(project_operations(res.db, gated, res.embedder, "acme", None))
+        job = asyncio.create_task(project_operations(res.db, gated, res.embedder, "acme", leased,
+                                                     batch=False))
         await asyncio.wait_for(gated.upserting.wait(), 60)  # read, embedded, not yet written
         await _change_question(env, h, solved, "How many senior patients are there?")
         gated.release.set()
         report = await asyncio.wait_for(job, 60)
         assert report.upserted >= 1 and report.failed == 0, report
-        # the job wrote the old question and must not have completed the new requeue
+        # the job wrote the old question and must not have completed the requeue (new, or the
+        # second pending upsert re-stamped by the trigger)
         assert _open_upserts(env, clause["id"]) == 1
         await env.drain()
         assert _open_upserts(env, clause["id"]) == 0

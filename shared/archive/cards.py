@@ -282,6 +282,8 @@ class Archive:
             except (DatabaseUnavailable, PoolExhausted) as exc:
                 log.warning("card %s written; its projection state could not be read: %s",
                             card.id, exc.message)
+            if status == "current":  # the card was read before its projection: say so there too
+                card = msgspec.structs.replace(card, index_status="current")
         return WriteResult(card=card, index_status=status)  # type: ignore[arg-type]
 
     # ---- card administration (memory.manage) ----

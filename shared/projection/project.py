@@ -173,9 +173,9 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
     # between batches) while the cards are read, embedded, written to the index and recorded.
     async with db.transaction(workspace) as conn:
         await outbox.lock_for_projection(conn, workspace, card_ids)
-        # before the cards are read: the open upserts this projection may complete (one queued
-        # after this, by a change it may not see, stays pending; migration 017)
-        superseded = await outbox.lock_open_upserts(conn, card_ids)
+        # before the cards are read: the open upserts this projection may complete (one a
+        # later change queued or stamped stays pending for the next job; migration 017)
+        superseded = await outbox.open_upserts(conn, card_ids)
         ws = await workspaces.get(conn, workspace)
         current = await cards.get_many(conn, card_ids)
         gone = [c for c in card_ids if c not in current]

@@ -112,8 +112,10 @@ class ProjectionQueue:
         (unreachable, failing, or not answering within :data:`ENQUEUE_TIMEOUT_SECONDS`)."""
         if not op_ids:
             return True
+        used: list[ArqRedis] = []
+
         async def send() -> None:
-            pool = await self._get()
+            used.append(pool := await self._get())
             for op_id in op_ids:
                 await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
 
@@ -127,13 +129,16 @@ class ProjectionQueue:
             self._outage.failed("projection queue unavailable (%d job(s) not enqueued; their "
                                 "operations stay pending until the sweep; logged once until the "
                                 "queue answers again): %s", len(op_ids), exc)
-            await self._reset()
+            if used:  # else no pool was made: nothing to drop
+                await self._reset(used[0])
             return False
 
     async def enqueue_rebuild(self, workspace: str, rebuild_id: object) -> bool:
         """Enqueue a tracked rebuild; False if Redis is unavailable (the sweep retries)."""
+        used: list[ArqRedis] = []
+
         async def send() -> None:
-            pool = await self._get()
+            used.append(pool := await self._get())
             await pool.enqueue_job(REBUILD_JOB, workspace, str(rebuild_id),
                                    _job_id=rebuild_job_id(rebuild_id))
 
@@ -146,7 +151,8 @@ class ProjectionQueue:
                 self._outage.failed("projection queue unavailable; rebuild %s stays queued "
                                     "(logged once until the queue answers again): %s",
                                     rebuild_id, exc)
-                await self._reset()
+                if used:
+                    await self._reset(used[0])
                 return False
             raise
 
@@ -163,7 +169,11 @@ class ProjectionQueue:
                 return False
             raise
 
-    async def _reset(self) -> None:
+    async def _reset(self, failed: ArqRedis | None = None) -> None:
+        """Drop the pool (closing it) so that the next call reconnects; with ``failed``, only
+        if that is still the current pool (another caller may have made a fresh one since)."""
+        if failed is not None and self._pool is not failed:
+            return
         pool, self._pool = self._pool, None
         if pool is not None:
             try:  # bounded: a Redis that does not answer must not hold up the caller here

@@ -48,7 +48,7 @@ from typing import Any
 import msgspec
 from psycopg import AsyncConnection
 
-from shared.errors import DatabaseUnavailable, PoolExhausted
+from shared.errors import DatabaseUnavailable
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.models import Card
@@ -166,7 +166,7 @@ async def _release_when_back(db: Database, index: IndexEngine, workspace: str,
             await _release(db, index, workspace, rebuild_id, target)
             async with db.transaction(workspace, read_only=True) as conn:
                 return await rebuilds.get(conn, rebuild_id)
-        except (DatabaseUnavailable, PoolExhausted):
+        except DatabaseUnavailable:
             if time.monotonic() >= deadline:
                 log.warning("index rebuild %s could not be queued again; its lease will expire",
                             rebuild_id)
@@ -221,6 +221,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         ws = await workspaces.get(conn, workspace)
     started = time.perf_counter()
     target: str | None = None
+    switched = False
     heartbeat = asyncio.create_task(_keep_lease(db, workspace, rebuild_id, lease_seconds))
     try:
         target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
@@ -273,6 +274,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             if before_switch is not None:
                 await before_switch(target)
             replaced = await index.switch_collection(workspace, target)
+            switched = True  # target is the workspace's collection now: never dropped below
             await outbox.record_projections(conn, {cid: rev for cid, (rev, _) in written.items()})
             await outbox.complete_deletes(conn)
             summary = RebuildSummary(
@@ -288,20 +290,23 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         # a graceful stop (or a job timeout): give the rebuild back to the queue at once instead
         # of leaving it "running" until its lease expires, and drop the half-built collection
         log.warning("index rebuild of %s interrupted; it is queued again", workspace)
-        await asyncio.shield(_release(db, index, workspace, rebuild_id, target))
+        await asyncio.shield(_release(db, index, workspace, rebuild_id,
+                                      None if switched else target))
         raise
-    except (DatabaseUnavailable, PoolExhausted) as exc:
+    except DatabaseUnavailable as exc:
         # PostgreSQL went away under the rebuild, which did nothing wrong: it goes back to the
         # queue as soon as the database answers again (the sweep then starts it over), instead
         # of staying "running" and refusing every new rebuild until its lease expires
         log.warning("index rebuild of %s interrupted: %s; it is queued again once PostgreSQL "
                     "answers", workspace, exc.message)
         heartbeat.cancel()
-        return await _release_when_back(db, index, workspace, rebuild_id, target)
+        # shielded: a graceful stop during these retries must not leave it "running" either
+        return await asyncio.shield(_release_when_back(db, index, workspace, rebuild_id,
+                                                       None if switched else target))
     except Exception as exc:
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         log.warning("index rebuild of %s failed: %s", workspace, message)
-        if target is not None:
+        if target is not None and not switched:
             try:
                 await index.drop_collection(target)
             except Exception:  # the engine may be the thing that failed; the rebuild is failed anyway

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -186,34 +187,39 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
 # ---- recorded projections ----
 
 
-async def lock_open_upserts(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> list[int]:
-    """Lock the open (pending or failed) upserts of ``card_ids`` until the transaction ends and
-    return their ids: a projection job calls it before it reads the cards, and completes only
-    these (:func:`record_projections` ``only``). An upsert queued after this call (migration
-    017's trigger skips the locked ones) stays pending for the next job, so a change committed
-    after the job read its cards is never marked done by it. Waits for a writing transaction
-    whose trigger counted on one of them."""
+async def open_upserts(conn: AsyncConnection,
+                       card_ids: list[uuid.UUID]) -> list[tuple[int, datetime]]:
+    """The open (pending or failed) upserts of ``card_ids`` as ``(id, updated_at)``: a
+    projection job reads them before it reads the cards, and completes only those still
+    unchanged (:func:`record_projections` ``only``). A writer that lets a pending upsert carry
+    its change stamps its ``updated_at`` (migration 017's trigger, :func:`insert_upsert_coalesced`,
+    :func:`insert_upserts`), so a change committed after this read stays pending for the next
+    job. Nothing is locked: writers never wait for a projection."""
     if not card_ids:
         return []
-    rows = await (await conn.execute(Q.ops_lock_open_upserts, {"ids": card_ids})).fetchall()
-    return [r["id"] for r in rows]
+    rows = await (await conn.execute(Q.ops_open_upserts, {"ids": card_ids})).fetchall()
+    return [(r["id"], r["updated_at"]) for r in rows]
 
 
 async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID, int],
-                             only: list[int] | None = None) -> None:
+                             only: list[tuple[int, datetime]] | None = None) -> None:
     """Record the valid projection of each card at the revision written to the index (in the
     current format; skipped for a card whose revision has moved on since), and complete the
-    card's open upserts at or below that revision: those in ``only`` (ids from
-    :func:`lock_open_upserts`), or all of them when ``only`` is None (a caller that read the
-    cards under the workspace lock, where no write can interleave)."""
+    card's open upserts at or below that revision: those of ``only`` still unchanged (the
+    ``(id, updated_at)`` pairs :func:`open_upserts` read before the cards), or all of them when
+    ``only`` is None (a caller that read the cards under the workspace lock, where no write can
+    interleave)."""
     if not revisions:
         return
+    ids = None if only is None else [i for i, _ in only]
+    stamps = None if only is None else [t for _, t in only]
     async with conn.cursor() as cur:
         await cur.executemany(Q.projection_record, [
             {"card_id": cid, "revision": rev, "format": models.PROJECTION_FORMAT}
             for cid, rev in revisions.items()])
         await cur.executemany(Q.ops_supersede, [
-            {"card_id": cid, "revision": rev, "only": only} for cid, rev in revisions.items()])
+            {"card_id": cid, "revision": rev, "only_ids": ids, "only_stamps": stamps}
+            for cid, rev in revisions.items()])
 
 
 async def forget_projections(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> None:

@@ -190,14 +190,13 @@ RETURNING id;
 -- name: op_upsert_coalesced
 -- An upsert at %(revision)s for a card, folded into the card's pending upsert when it has one
 -- (queued earlier in the same transaction by migration 006's triggers, say): that operation
--- takes the new revision. A pending upsert that a projection in flight has locked
--- (`ops_lock_open_upserts`) is skipped, not waited for: that projection read the card before
--- this change, so the change gets an operation of its own. Returns the operation's id.
+-- takes the new revision and a new updated_at (a projection in flight that read the card
+-- before this change then leaves it pending: ops_open_upserts). Returns the operation's id.
 WITH folded AS (
-    UPDATE projection_ops SET revision = %(revision)s, updated_at = now()
+    UPDATE projection_ops SET revision = %(revision)s, updated_at = clock_timestamp()
     WHERE id = (SELECT id FROM projection_ops
                 WHERE card_id = %(card_id)s AND op = 'upsert' AND status = 'pending'
-                ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                ORDER BY id LIMIT 1 FOR UPDATE)
     RETURNING id
 ), inserted AS (
     INSERT INTO projection_ops (workspace_id, card_id, op, revision)
@@ -210,23 +209,25 @@ SELECT id FROM folded UNION ALL SELECT id FROM inserted;
 -- name: ops_insert_bulk
 -- One pending upsert per card (bulk import), at the cards' current revision: inserted where the
 -- card has none (the links of an import queue their targets through migration 006's triggers
--- first), else the pending one. A pending one locked by a projection in flight does not count
--- (it read the card before this import; see op_upsert_coalesced). The ids of both, in id order.
-WITH inserted AS (
+-- first), else the pending one takes the card's revision and a new updated_at (so a projection
+-- in flight that read the card before this import leaves it pending: ops_open_upserts). The
+-- ids of both, in id order.
+WITH stamped AS (
+    UPDATE projection_ops o SET revision = c.revision, updated_at = clock_timestamp()
+    FROM cards c
+    WHERE c.id = ANY(%(ids)s) AND o.card_id = c.id AND o.op = 'upsert' AND o.status = 'pending'
+    RETURNING o.id, o.card_id
+), inserted AS (
     INSERT INTO projection_ops (workspace_id, card_id, op, revision)
     SELECT %(workspace)s, c.id, 'upsert', c.revision
     FROM cards c
-    WHERE c.id = ANY(%(ids)s)
-      AND NOT EXISTS (SELECT 1 FROM projection_ops o
-                      WHERE o.card_id = c.id AND o.op = 'upsert' AND o.status = 'pending'
-                      FOR UPDATE SKIP LOCKED)
+    WHERE c.id = ANY(%(ids)s) AND c.id NOT IN (SELECT card_id FROM stamped)
     ORDER BY c.id
     RETURNING id
 )
 SELECT id FROM inserted
 UNION ALL
-SELECT o.id FROM projection_ops o
-WHERE o.card_id = ANY(%(ids)s) AND o.op = 'upsert' AND o.status = 'pending'
+SELECT id FROM stamped
 ORDER BY id;
 
 -- name: ops_claim
@@ -251,24 +252,26 @@ SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at 
     last_error = NULL
 WHERE id = ANY(%(ids)s) AND status <> 'done';
 
--- name: ops_lock_open_upserts
--- The open (or failed) upserts of cards about to be read for projection, locked until the
--- projection commits: migration 017's trigger then queues a new upsert for a change it makes
--- meanwhile instead of counting on one of these; one the trigger holds is waited for.
-SELECT id FROM projection_ops
+-- name: ops_open_upserts
+-- The open (or failed) upserts of cards about to be read for projection, each with its
+-- updated_at: the projection completes only those still unchanged (ops_supersede). A writer
+-- that lets one of them carry its change stamps it (migration 017, op_upsert_coalesced,
+-- ops_insert_bulk), so a change committed after this read is never completed by that job.
+SELECT id, updated_at FROM projection_ops
 WHERE card_id = ANY(%(ids)s) AND status IN ('pending', 'failed') AND op = 'upsert'
-ORDER BY id
-FOR UPDATE;
+ORDER BY id;
 
 -- name: ops_supersede
 -- Open (or failed) upserts of a card at or below the revision just projected are complete:
--- those locked before the card was read (`ops_lock_open_upserts`), or every one when
--- `only` is NULL (a rebuild's switch, which reads under the workspace lock).
+-- those read before the card was, and unchanged since (`ops_open_upserts`: id and updated_at),
+-- or every one when `only_ids` is NULL (a rebuild's switch, which reads under the workspace lock).
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
 WHERE card_id = %(card_id)s AND status IN ('pending', 'failed') AND op = 'upsert'
   AND revision <= %(revision)s
-  AND (%(only)s::bigint[] IS NULL OR id = ANY(%(only)s::bigint[]));
+  AND (%(only_ids)s::bigint[] IS NULL
+       OR (id, updated_at) IN (SELECT * FROM unnest(%(only_ids)s::bigint[],
+                                                    %(only_stamps)s::timestamptz[])));
 
 -- name: ops_supersede_deleted
 -- Every open operation of a deleted card is complete once its point is gone (ids are never reused).

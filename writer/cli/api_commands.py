@@ -43,8 +43,8 @@ class ApiClient:
         self.url = (url or os.environ.get("MEMARC_URL") or "http://127.0.0.1:8000").rstrip("/")
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise CliError({"error": f"MEMARC_URL {self.url!r} is not an http(s)://host[:port] "
-                                     "URL of the writer", "code": "bad_url"})
+            raise CliError({"error": f"the writer URL {self.url!r} is not an http(s)://host[:port] "
+                                     "URL (MEMARC_URL)", "code": "bad_url"})
         token = token or os.environ.get("MEMARC_TOKEN")
         if not token:
             raise CliError({"error": "set MEMARC_TOKEN (from `memarc token create`)",
