@@ -96,6 +96,14 @@ class LockTimeout(Unavailable):
     code = "lock_timeout"
 
 
+class TransactionConflict(Unavailable):
+    """PostgreSQL aborted the transaction to resolve a deadlock or a serialization conflict with
+    a concurrent one: nothing was written, the server is fine, and the same request can simply
+    be sent again."""
+
+    code = "transaction_conflict"
+
+
 class PoolExhausted(Unavailable):
     """Every pooled PostgreSQL connection stayed in use for the whole pool wait
     (``MEMARC_DB_POOL_TIMEOUT_SECONDS``): the server is reachable but this process is saturated

@@ -483,3 +483,34 @@ async def test_an_exhausted_pool_is_a_503_pool_exhausted_not_a_hang(make_env):
         assert time.monotonic() - t0 < 1.0
         r = await env.client.get(BASE, headers=h)
         assert r.status_code == 200 and r.json()["total"] == 1
+
+
+async def test_a_deadlock_is_a_retryable_transaction_conflict_not_an_outage(make_env):
+    """Two real transactions updating two cards in opposite orders: PostgreSQL aborts one to
+    resolve the deadlock. That one is ``TransactionConflict`` (503 ``transaction_conflict``, send
+    it again), not ``database_unavailable``, and the database is not marked unreachable."""
+    import asyncio
+
+    from shared.errors import TransactionConflict
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        ids = []
+        for title in ("first", "second"):
+            r = await env.client.post(BASE, json={**CARD, "title": title}, headers=h)
+            ids.append(r.json()["card"]["id"][4:])
+        db = env.resources.db
+        both_hold_one = asyncio.Barrier(2)
+
+        async def update(order: list[str]) -> None:
+            async with db.transaction("acme") as conn:
+                await conn.execute("UPDATE cards SET title = title WHERE id = %s", [order[0]])
+                await both_hold_one.wait()
+                await conn.execute("UPDATE cards SET title = title WHERE id = %s", [order[1]])
+
+        results = await asyncio.gather(update(ids), update(ids[::-1]), return_exceptions=True)
+        conflicts = [r for r in results if isinstance(r, TransactionConflict)]
+        assert len(conflicts) == 1 and results.count(None) == 1, results
+        assert conflicts[0].code == "transaction_conflict" and conflicts[0].status == 503
+        assert db._unreachable is False

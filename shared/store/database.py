@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.errors import (DatabaseUnavailable, InvalidInput, LockTimeout, PoolExhausted,
-                           SchemaOutdated)
+                           SchemaOutdated, TransactionConflict)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,8 @@ class Database:
         :raises DatabaseUnavailable: PostgreSQL cannot be reached (within about
             :data:`PROBE_AFTER_SECONDS` of the request when the server refuses connections).
         :raises LockTimeout: a lock was not granted within ``lock_timeout``.
+        :raises TransactionConflict: PostgreSQL aborted the transaction for a deadlock or a
+            serialization failure (503 ``transaction_conflict``; the server stays marked up).
         """
         if self._unreachable:
             await self._probe()
@@ -173,6 +175,11 @@ class Database:
                 yield conn
         except psycopg.DataError as exc:  # a value PostgreSQL cannot store: bad input, not a 500
             raise InvalidInput(f"invalid value: {exc.diag.message_primary or exc}") from exc
+        except (psycopg.errors.TransactionRollback, psycopg.errors.DeadlockDetected,
+                psycopg.errors.SerializationFailure) as exc:  # deadlock / serialization: retry
+            raise TransactionConflict(f"PostgreSQL aborted the transaction to resolve a conflict "
+                                      f"with a concurrent one ({exc.sqlstate}); nothing was "
+                                      "written, try again") from exc
         except psycopg.errors.LockNotAvailable as exc:  # lock_timeout: the server is fine
             raise LockTimeout(f"a lock of this workspace was not granted within "
                               f"{self.lock_timeout:g} s (MEMARC_LOCK_TIMEOUT_SECONDS); "
