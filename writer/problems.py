@@ -66,7 +66,8 @@ PROBLEM_RESPONSES: dict[int, Any] = {
     413: _spec("The request body is over the route's limit (named in the body)."),
     422: _spec("The request is well-formed but invalid (a bound or a rule, named in the body)."),
     503: _spec("A dependency is unavailable or saturated (code: database_unavailable, "
-               "schema_outdated, lock_timeout, transaction_conflict, pool_exhausted, index_unavailable, ...)."),
+               "schema_outdated, lock_timeout, transaction_conflict, pool_exhausted, "
+               "index_unavailable, ...)."),
 }
 
 #: The import route also refuses a content encoding other than gzip.
