@@ -113,6 +113,16 @@ async def _through_proxy(env):
         await proxy.stop()
 
 
+@contextlib.asynccontextmanager
+async def _client_over(env, db):
+    """An HTTP client of a writer app whose database is ``db`` (no index, no embedder)."""
+    app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
+                                                       embedder=None))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                                 timeout=30) as client:
+        yield client
+
+
 async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
     async with make_env() as env:
         env.workspace("acme")
@@ -120,10 +130,7 @@ async def test_postgresql_dropped_under_load_gives_503_then_recovers(make_env):
         statuses: collections.Counter = collections.Counter()
         card = {"family": "sql_rule", "title": "t", "content": {"rule": "r"}}
         async with _through_proxy(env) as (proxy, db):
-            app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
-                                                               embedder=None))
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://t", timeout=30) as client:
+            async with _client_over(env, db) as client:
                 base = "/api/workspaces/acme/memory"
 
                 async def load(seconds: float) -> None:
@@ -163,10 +170,7 @@ async def test_a_committed_write_is_a_201_when_postgresql_drops_during_its_wait(
         card = {"family": "sql_rule", "title": "Committed before the cut",
                 "content": {"rule": "r"}}
         async with _through_proxy(env) as (proxy, db):
-            app = create_app(env.settings, dataclasses.replace(env.resources, db=db, index=None,
-                                                               embedder=None))
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                         base_url="http://t", timeout=30) as client:
+            async with _client_over(env, db) as client:
                 base = "/api/workspaces/acme/memory"
                 write = asyncio.create_task(
                     client.post(base, json=card, headers=h, params={"wait": 5}))

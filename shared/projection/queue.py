@@ -112,12 +112,30 @@ class ProjectionQueue:
         (unreachable, failing, or not answering within :data:`ENQUEUE_TIMEOUT_SECONDS`)."""
         if not op_ids:
             return True
+        return await self._send(
+            [(PROJECT_JOB, (workspace, op_id), job_id(op_id)) for op_id in op_ids],
+            "projection queue unavailable (%d job(s) not enqueued; their operations stay "
+            "pending until the sweep; logged once until the queue answers again): %s",
+            len(op_ids))
+
+    async def enqueue_rebuild(self, workspace: str, rebuild_id: object) -> bool:
+        """Enqueue a tracked rebuild; False if Redis is unavailable (the sweep retries)."""
+        return await self._send(
+            [(REBUILD_JOB, (workspace, str(rebuild_id)), rebuild_job_id(rebuild_id))],
+            "projection queue unavailable; rebuild %s stays queued (logged once until the "
+            "queue answers again): %s", rebuild_id)
+
+    async def _send(self, jobs: list[tuple[str, tuple[object, ...], str]], failure: str,
+                    *args: object) -> bool:
+        """Enqueue ``(function, arguments, job id)`` jobs within :data:`ENQUEUE_TIMEOUT_SECONDS`
+        in all; True when Redis took them, False (the outage logged with ``failure % (*args,
+        error)``, the pool used dropped) when the queue is unavailable."""
         used: list[ArqRedis] = []
 
         async def send() -> None:
             used.append(pool := await self._get())
-            for op_id in op_ids:
-                await pool.enqueue_job(PROJECT_JOB, workspace, op_id, _job_id=job_id(op_id))
+            for function, arguments, job in jobs:
+                await pool.enqueue_job(function, *arguments, _job_id=job)
 
         try:
             await asyncio.wait_for(send(), ENQUEUE_TIMEOUT_SECONDS)
@@ -126,35 +144,10 @@ class ProjectionQueue:
         except Exception as exc:  # redis.exceptions.* (ConnectionError, BusyLoading, ...) too
             if not is_queue_error(exc):
                 raise
-            self._outage.failed("projection queue unavailable (%d job(s) not enqueued; their "
-                                "operations stay pending until the sweep; logged once until the "
-                                "queue answers again): %s", len(op_ids), exc)
+            self._outage.failed(failure, *args, exc)
             if used:  # else no pool was made: nothing to drop
                 await self._reset(used[0])
             return False
-
-    async def enqueue_rebuild(self, workspace: str, rebuild_id: object) -> bool:
-        """Enqueue a tracked rebuild; False if Redis is unavailable (the sweep retries)."""
-        used: list[ArqRedis] = []
-
-        async def send() -> None:
-            used.append(pool := await self._get())
-            await pool.enqueue_job(REBUILD_JOB, workspace, str(rebuild_id),
-                                   _job_id=rebuild_job_id(rebuild_id))
-
-        try:
-            await asyncio.wait_for(send(), ENQUEUE_TIMEOUT_SECONDS)
-            self._outage.succeeded()
-            return True
-        except Exception as exc:
-            if is_queue_error(exc):
-                self._outage.failed("projection queue unavailable; rebuild %s stays queued "
-                                    "(logged once until the queue answers again): %s",
-                                    rebuild_id, exc)
-                if used:
-                    await self._reset(used[0])
-                return False
-            raise
 
     async def reachable(self, timeout: float = 2.0) -> bool:
         """True when Redis answers a ping within ``timeout`` seconds (readiness and status say

@@ -87,13 +87,14 @@ def _inputs(revision: int, questions: list[str]) -> Inputs:
     return revision, hashlib.sha256("\0".join(questions).encode()).hexdigest()
 
 
-async def _current(conn: AsyncConnection) -> dict[uuid.UUID, Inputs]:
+async def _current(db: Database, workspace: str,
+                   conn: AsyncConnection | None = None) -> dict[uuid.UUID, Inputs]:
+    """Every card's :data:`Inputs` now (read on ``conn`` when given, else in a transaction of
+    its own)."""
+    if conn is None:
+        async with db.transaction(workspace, read_only=True) as own:
+            return await _current(db, workspace, own)
     return {cid: _inputs(rev, qs) for cid, (rev, qs) in (await cards.projection_inputs(conn)).items()}
-
-
-async def _revisions(db: Database, workspace: str) -> dict[uuid.UUID, Inputs]:
-    async with db.transaction(workspace, read_only=True) as conn:
-        return await _current(conn)
 
 
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
@@ -225,7 +226,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
     heartbeat = asyncio.create_task(_keep_lease(db, workspace, rebuild_id, lease_seconds))
     try:
         target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
-        current = await _revisions(db, workspace)
+        current = await _current(db, workspace)
         ids = sorted(current, key=str)
         written: dict[uuid.UUID, Inputs] = {}
         for start in range(0, len(ids), BATCH):
@@ -241,7 +242,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         async def catch_up(conn: AsyncConnection | None) -> tuple[int, dict[uuid.UUID, Inputs]]:
             """Write what changed since ``written`` (read on ``conn`` when given); returns how
             many cards that was and the current revisions."""
-            current = await _current(conn) if conn else await _revisions(db, workspace)
+            current = await _current(db, workspace, conn)
             pending = _diff(current, written)
             for start in range(0, len(pending), BATCH):
                 await _write(db, index, embedder, workspace, ws["language"], target,
