@@ -1,4 +1,5 @@
-"""The explorer's JSON and CSV answers: _shape, _dl, _stream, JSON cells, ISO 8601 timestamps.
+"""The explorer's JSON and CSV answers: _shape, _dl, _stream, JSON cells, ISO 8601 timestamps,
+and text cells that a spreadsheet cannot run as formulas.
 
 Each CSV is a :class:`Table`: its header and how one row becomes cells.
 """
@@ -63,13 +64,32 @@ def workspace_json(request: Any, workspace: str, key: str, rows: list[Any], tota
                                "per_page": per_page, key: rows}, key)
 
 
+#: the first characters that make a spreadsheet read a cell as a formula (OWASP, "CSV Injection":
+#: ``=``, ``+``, ``-``, ``@``, tab and carriage return)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise(text: str) -> str:
+    """``text`` made inert for a spreadsheet: prefixed with a single quote when it begins with
+    one of :data:`FORMULA_STARTS`, unchanged otherwise.
+
+    Source: OWASP, "CSV Injection" (prepend ``'`` to cells beginning with ``= + - @``, tab or
+    carriage return; the csv writer quotes the cell where its content needs it). Numbers are
+    written as numbers by :func:`csv_cell` and never pass through here, so ``-2`` as an integer
+    stays ``-2`` while a title ``-2`` becomes ``'-2``.
+    """
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def csv_cell(value: Any) -> Any:
     """A CSV cell: JSON for structured values (as Datasette shows JSON columns), ISO 8601 for
-    timestamps, the value itself otherwise."""
+    timestamps, text through :func:`neutralise`, numbers and None as they are."""
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return neutralise(json.dumps(value, ensure_ascii=False, default=str))
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, str):
+        return neutralise(value)
     return value
 
 

@@ -759,3 +759,27 @@ async def test_one_error_page_for_archive_datasette_and_unexpected_errors(make_e
                           ("explorer error on /-/memory/acme", True)]
     finally:
         logging.getLogger("memarc.explorer").removeHandler(handler)
+
+
+async def test_no_csv_cell_can_run_as_a_spreadsheet_formula(make_env, explorer):
+    """OWASP "CSV Injection": text cells beginning with ``= + - @``, tab or carriage return are
+    prefixed with ``'`` on every CSV the explorer serves; numbers stay numbers."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = await create(env, "acme", {
+            "family": "domain_clarification", "title": '=HYPERLINK("http://evil.example","x")',
+            "scope": "+1+1", "concepts": ["-2", "@SUM(1)"],
+            "content": {"definition": "A formula-looking card."}}, h)
+        await create(env, "acme", {**CHURN_DEF, "title": "-2"}, h)
+        ds = explorer(env, {"alice": ["acme"]})
+        table = csv_rows((await get(ds, "/-/memory/acme.csv?_sort=title")).text)
+        cells = {t["title"]: t for t in table}
+        assert set(cells) == {"'-2", "'=HYPERLINK(\"http://evil.example\",\"x\")"}
+        evil = cells["'=HYPERLINK(\"http://evil.example\",\"x\")"]
+        assert (evil["scope"], evil["concepts"]) == ("'+1+1", "'-2; @SUM(1)")
+        assert evil["revision"] == "1" and evil["id"] == card["id"]
+        for path in ("/-/memory/acme/-/pending.csv", "/-/memory/acme/-/activity.csv"):
+            text = (await get(ds, path)).text
+            assert "\r\n=" not in text and ",=" not in text and ',"=' not in text, path
+            assert "'=HYPERLINK" in text or "activity" in path, path
