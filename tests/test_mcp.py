@@ -93,6 +93,12 @@ async def _seed(env: Env) -> dict[str, Any]:
     return {"ids": ids, "expected": expected, "tokens": tokens}
 
 
+def doc(result: Any) -> Any:
+    """A tool result's document: sent once, as JSON text, with no structured copy."""
+    assert result.structured_content is None and len(result.content) == 1, result
+    return json.loads(result.content[0].text)
+
+
 def _problem(exc: pytest.ExceptionInfo[MCPError]) -> dict[str, Any]:
     data = exc.value.error.data
     assert isinstance(data, dict), exc.value
@@ -157,16 +163,16 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
                 assert set(tools) == TOOLS_OF["memory.manage"]
                 for tool in tools.values():
                     assert tool.annotations.read_only_hint is True, tool.name
-                    assert tool.input_schema["type"] == "object" and tool.output_schema
+                    assert tool.input_schema["type"] == "object" and tool.output_schema is None
+                assert "not a similarity" in tools["search"].description
                 for mode in RECALL_TOOLS:
-                    assert "not a similarity" in tools[mode].description
                     assert "mode" not in tools[mode].input_schema["properties"]
                     assert {"query", "top", "filters", "exclude"} <= set(
                         tools[mode].input_schema["properties"])
                     result = await session.call_tool(mode, {"query": QUERIES[mode], "top": 5})
                     assert not result.is_error
                     # the same verified cards, scores and retrieval explanation as POST /search
-                    assert result.structured_content == expected[mode], mode
+                    assert doc(result) == expected[mode], mode
                 found = {r["card"]["id"] for r in expected["search"]["results"]}
                 assert ids["elderly"] in found and ids["foreign"] not in found
                 solved = [r["card"]["id"] for r in expected["solved"]["results"]]
@@ -174,12 +180,12 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
                 filtered = await session.call_tool("search", {
                     "query": QUERIES["search"], "filters": {"database": "shop"}})
                 assert ids["elderly"] not in {r["card"]["id"]
-                                              for r in filtered.structured_content["results"]}
+                                              for r in doc(filtered)["results"]}
                 card = await session.call_tool("get_card", {"card_id": ids["solved"].upper()})
-                assert card.structured_content == expected["get_card"]
+                assert doc(card) == expected["get_card"]
                 pending = await session.call_tool("list_pending", {"limit": 10})
-                assert [op["card_id"] for op in pending.structured_content["operations"]] \
-                    == [ids["pending"]] and pending.structured_content["total"] == 1
+                assert [op["card_id"] for op in doc(pending)["operations"]] \
+                    == [ids["pending"]] and doc(pending)["total"] == 1
                 # errors carry the API's problem code
                 for card_id in (ids["foreign"], "not-a-card-id"):
                     with pytest.raises(MCPError) as exc:
@@ -200,7 +206,7 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
                 tools = {t.name for t in (await session.list_tools()).tools}
                 assert tools == TOOLS_OF["memory.read"]
                 result = await session.call_tool("rules", {"query": QUERIES["rules"], "top": 5})
-                assert result.structured_content == expected["rules"]
+                assert doc(result) == expected["rules"]
                 for name, args in (("propose", {"session": "s1", "proposals": [PROPOSAL]}),
                                    ("get_card", {"card_id": ids["solved"]})):
                     with pytest.raises(MCPError) as exc:
@@ -221,7 +227,7 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
                 for stored in ("new", "unchanged"):
                     result = await session.call_tool("propose", {"session": "s1",
                                                                  "proposals": [PROPOSAL]})
-                    out = result.structured_content
+                    out = doc(result)
                     assert out["session_id"] == "s1" and out["session_total"] == 1
                     assert [(p["key"], p["action"], p["stored"]) for p in out["proposals"]] \
                         == [("p1", "create", stored)]
@@ -266,12 +272,67 @@ async def test_mcp_http_answers_the_modern_protocol_without_a_handshake(make_env
                     if "search" in names:
                         result = await session.call_tool("search", {"query": QUERIES["search"],
                                                                     "top": 5})
-                        assert result.structured_content == seeded["expected"]["search"]
+                        assert doc(result) == seeded["expected"]["search"]
                         foreign = {"card_id": seeded["ids"]["foreign"]}
                         with pytest.raises(MCPError) as exc:
                             await session.call_tool("get_card", foreign)
                         assert _problem(exc)["code"] == (
                             "not_found" if permission == "memory.manage" else "forbidden")
+        finally:
+            await stop_server(server, task)
+
+
+async def test_mcp_results_are_sent_once_and_cut_to_the_documented_cap(make_env, tmp_path):
+    """Twelve long cards (about 9,000 characters each): ``search`` with ``top=100`` answers one
+    JSON text of at most :data:`~writer.mcp_server.MAX_RESULT_BYTES` bytes (it was twice the
+    whole document, as structured content and as text), whose results are the first of the API's
+    own answer, in its order, with ``truncated`` saying how many were kept of how many; one card
+    longer than the cap comes back from ``get_card`` with its text cut and marked. The tool list
+    stays small (its descriptions are short; the argument schemas carry the detail)."""
+    from writer.mcp_server import MAX_RESULT_BYTES
+    async with make_env() as env:
+        env.workspace("acme")
+        manage = env.token("acme", "memory.manage")
+        long_definition = " ".join(f"Revenue note {i}: net of refunds and taxes." for i in range(210))
+        for i in range(12):
+            r = await env.client.post(API.format("acme"), headers=manage, json={
+                "family": "domain_clarification", "title": f"Revenue variant {i}",
+                "content": {"definition": long_definition}, "concepts": ["revenue"]})
+            assert r.status_code == 201, r.text
+        r = await env.client.post(API.format("acme"), headers=manage, json={
+            "family": "sql_rule", "title": "A very long rule",
+            "content": {"rule": "Always filter cancelled orders. " * 600,  # 19,200 characters
+                        "rationale": "Cancelled orders are refunded in full. " * 480}})
+        huge = r.json()["card"]["id"]
+        await env.drain()
+        body = {"query": "what is net revenue", "top": 100}
+        api = (await env.client.post(f"{API.format('acme')}/search", headers=manage,
+                                     json={**body, "mode": "search"})).json()
+        assert len(api["results"]) >= 10
+        token = manage["Authorization"].split()[1]
+        server, task, url = await start_server(create_app(env.settings, env.resources),
+                                               lifespan="on")
+        try:
+            async with (create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+                        as http, streamable_http_client(f"{url}/mcp", http_client=http)
+                        as (read, write), ClientSession(read, write) as session):
+                await session.initialize()
+                listing = await session.list_tools()
+                assert len(listing.model_dump_json(by_alias=True, exclude_none=True)) < 16_000
+                result = await session.call_tool("search", body)
+                text = result.content[0].text
+                assert len(text.encode()) <= MAX_RESULT_BYTES
+                out = doc(result)
+                kept = out["truncated"]["returned"]
+                assert 1 <= kept < len(api["results"]) == out["truncated"]["found"]
+                assert out["results"] == api["results"][:kept]
+                assert "top" in out["truncated"]["hint"]
+                card = doc(await session.call_tool("get_card", {"card_id": huge}))
+                assert card["truncated"]["strings_cut"] >= 1
+                assert "… [cut: " in card["card"]["content"]["rule"]
+                assert card["card"]["id"] == huge and card["card"]["title"] == "A very long rule"
+                small = doc(await session.call_tool("search", {**body, "top": 2}))
+                assert "truncated" not in small and len(small["results"]) == 2
         finally:
             await stop_server(server, task)
 
@@ -333,7 +394,7 @@ async def test_mcp_over_http_answers_unavailable_dependencies_with_their_codes(m
                             as (read, write), ClientSession(read, write) as session):
                     await session.initialize()
                     pending = await session.call_tool("list_pending", {})
-                    assert pending.structured_content == {"operations": [], "total": 0}
+                    assert doc(pending) == {"operations": [], "total": 0}
                     with pytest.raises(MCPError) as exc:
                         await session.call_tool("search", {"query": "anything"})
                     assert _problem(exc)["code"] == expected and _problem(exc)["status"] == 503
@@ -374,7 +435,7 @@ async def test_mcp_http_checks_the_permission_before_the_arguments_and_offers_no
                     assert _problem(exc)["code"] == "forbidden", (name, args)
                     assert _problem(exc)["status"] == 403 and exc.value.error.code == -32050
                 result = await session.call_tool("search", {"query": QUERIES["search"], "top": 5})
-                assert result.structured_content == seeded["expected"]["search"]
+                assert doc(result) == seeded["expected"]["search"]
             async with httpx.AsyncClient(timeout=10) as client:
                 for headers in ({"Authorization": f"Bearer {token}"}, {}):
                     r = await client.get(f"{url}/mcp", headers={

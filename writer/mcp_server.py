@@ -65,17 +65,22 @@ _INVALID_PARAMS_STATUSES = frozenset({400, 413, 415, 422})
 PRINCIPAL_SCOPE_KEY = "memarc.mcp.principal"
 SERVER_NAME = "memarc"
 
-_SCORE = ("`score` is a fused rank score: 1/(60 + the card's rank once the mode's dense and BM25 "
-          "branches are fused), plus the strongest contribution through a link; it orders this "
-          "query's results and is not a similarity, a probability, nor comparable across queries.")
-_RECALL_RETURNS = (
-    "Returns {results: [{card, score, retrieval: {path, seed_rank, dense_rank, bm25_rank, "
-    "key_rank, key_bm25_rank, own_rank, own_bm25_rank}}], excluded, expansion: {truncated, "
-    "lookups, links_inspected, budgets}}, exactly as POST /search: every card is verified "
-    "against PostgreSQL (current revision, projected, inside the filters), `retrieval` explains "
-    "how it was found (a rank is absent when that branch did not find it; `path` lists the "
-    "cards of a link path), "
-    "`excluded` counts index hits dropped by verification. " + _SCORE)
+#: the largest tool result: bytes of its UTF-8 JSON text (about 8,000 tokens of an assistant's
+#: context); :func:`fit` cuts a larger one and says so in its ``truncated`` member
+MAX_RESULT_BYTES = 32_768
+_RECALL_RETURNS = ("Returns the JSON of POST /search: {results: [{card, score, retrieval}], excluded, "
+                   "expansion}; every card verified against PostgreSQL; `score` only orders this "
+                   "query's results (a fused rank score, not a similarity).")
+#: descriptions of the recall tools' arguments (the input schema carries them, with the bounds)
+_RECALL_ARGUMENTS = {
+    "query": "The question or term, in the user's words.",
+    "top": "How many cards to return.",
+    "family": "Only these card families.",
+    "filters": "scope (exact), concepts (all required), and database/schema/table/column "
+               "(satisfied by one dependency entry of the card).",
+    "exclude": "Card ids to leave out.",
+    "session": "The caller's workflow session: cards decided in it are left out.",
+}
 
 
 def mcp_error(exc: BaseException) -> MCPError:
@@ -99,19 +104,24 @@ def mcp_error(exc: BaseException) -> MCPError:
 # ---- the tools ----
 
 def _arguments_struct(name: str, request: type[msgspec.Struct], *, drop: tuple[str, ...] = (),
-                      before: tuple[tuple[str, Any], ...] = ()) -> type[msgspec.Struct]:
+                      before: tuple[tuple[str, Any], ...] = (),
+                      descriptions: dict[str, str] | None = None) -> type[msgspec.Struct]:
     """A struct of a tool's arguments: the fields ``before`` (name, type), then the fields of
-    the API's ``request`` struct except ``drop``, with their types, bounds and defaults."""
+    the API's ``request`` struct except ``drop``, with their types, bounds and defaults, and the
+    ``descriptions`` (field name -> text) in the input schema."""
     fields: list[Any] = list(before)
     for f in msgspec.structs.fields(request):
         if f.name in drop:
             continue
+        kind = f.type
+        if descriptions and f.name in descriptions:
+            kind = Annotated[kind, msgspec.Meta(description=descriptions[f.name])]
         if f.default is not msgspec.NODEFAULT:
-            fields.append((f.name, f.type, f.default))
+            fields.append((f.name, kind, f.default))
         elif f.default_factory is not msgspec.NODEFAULT:
-            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+            fields.append((f.name, kind, msgspec.field(default_factory=f.default_factory)))
         else:
-            fields.append((f.name, f.type))
+            fields.append((f.name, kind))
     return msgspec.defstruct(name, fields, forbid_unknown_fields=True, kw_only=True)
 
 
@@ -130,10 +140,15 @@ class ListPendingArguments(msgspec.Struct, forbid_unknown_fields=True):
 
 
 #: ``search``, ``rules``, ``solved``: the body of ``POST .../search`` without ``mode``
-SearchArguments = _arguments_struct("SearchArguments", SearchRequest, drop=("mode",))
+SearchArguments = _arguments_struct("SearchArguments", SearchRequest, drop=("mode",),
+                                    descriptions=_RECALL_ARGUMENTS)
 #: ``propose``: the session id (the route's path parameter) and the body of the route
-ProposeArguments = _arguments_struct("ProposeArguments", ProposeRequest,
-                                     before=(("session", SessionId),))
+ProposeArguments = _arguments_struct(
+    "ProposeArguments", ProposeRequest,
+    before=(("session", Annotated[SessionId, msgspec.Meta(description="The workflow session.")]),),
+    descriptions={"proposals": "Additions {key, decisions: [{id, status}], family, title, "
+                               "content, scope, concepts, dependencies, links, rationale} and "
+                               "updates {kind: update, card_id, revision, ...}."})
 
 
 def _schema(struct: Any) -> dict[str, Any]:
@@ -152,7 +167,8 @@ Call = Callable[[Archive, Principal, Any], Awaitable[Any]]
 @dataclass(frozen=True)
 class ToolSpec:
     """One tool: its name and description, the permission a token needs to see it listed (the
-    use case checks it again), its arguments struct, its result type, whether it only reads,
+    use case checks it again), its arguments struct, the member of its result that holds the
+    result's list (cut first by :func:`fit`, None for a single object), whether it only reads,
     the activity verb its rejected calls are recorded under (mutating tools), and its call."""
 
     name: str
@@ -160,19 +176,19 @@ class ToolSpec:
     description: str
     permission: str
     arguments: Any
-    result: Any
+    items: str | None
     read_only: bool
     call: Call
     activity: str | None = None
 
     def tool(self) -> types.Tool:
-        """The tool as ``tools/list`` shows it."""
+        """The tool as ``tools/list`` shows it (no output schema: the result is sent once, as
+        JSON text, see :func:`_result`)."""
         annotations = types.ToolAnnotations(
             title=self.title, read_only_hint=self.read_only, open_world_hint=False,
             **({} if self.read_only else {"destructive_hint": False, "idempotent_hint": True}))
         return types.Tool(name=self.name, title=self.title, description=self.description,
-                          input_schema=_schema(self.arguments),
-                          output_schema=_schema(self.result), annotations=annotations)
+                          input_schema=_schema(self.arguments), annotations=annotations)
 
 
 def _recall(mode: str) -> Call:
@@ -196,64 +212,119 @@ async def _propose(archive: Archive, principal: Principal, args: Any) -> Propose
                                           ProposeRequest(proposals=args.proposals))
 
 
-_FILTERS = ("Arguments: `query` (required), `top` (1..100, default 10), `filters` ({scope, "
-            "concepts, database, schema, table, column}: scope exact, every concept required, "
-            "the physical context satisfied by one dependency entry), `exclude` (card ids)")
-
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "search", "Recall domain memory",
-        "Verified hybrid recall of the workspace's domain memory (domain clarifications, SQL "
-        "rules, explained errors; `family` narrows it): what a term means, which rule applies. "
-        + _FILTERS + ", `family`. " + _RECALL_RETURNS,
-        "memory.read", SearchArguments, RecallResponse, True, _recall("search")),
+        "Verified hybrid recall of the workspace's domain memory (definitions, SQL rules, "
+        "explained errors): what a term means, which rule applies. " + _RECALL_RETURNS,
+        "memory.read", SearchArguments, "results", True, _recall("search")),
     ToolSpec(
         "rules", "Recall SQL rules",
-        "Verified hybrid recall of SQL rules and explained errors only (`rules` mode): how to "
-        "write the SQL, which mistakes to avoid. " + _FILTERS + ". " + _RECALL_RETURNS,
-        "memory.read", SearchArguments, RecallResponse, True, _recall("rules")),
+        "Verified recall of SQL rules and explained errors only: how to write the SQL, which "
+        "mistakes to avoid. Returns what `search` returns.",
+        "memory.read", SearchArguments, "results", True, _recall("rules")),
     ToolSpec(
         "solved", "Recall solved questions",
-        "Verified hybrid recall of solved questions (`solved` mode): earlier questions with the "
-        "SQL that answered them, as consultative exemplars (never an approval of a new query). "
-        + _FILTERS + ". " + _RECALL_RETURNS,
-        "memory.read", SearchArguments, RecallResponse, True, _recall("solved")),
+        "Verified recall of solved questions with the SQL that answered them, as examples "
+        "(never an approval of a new query). Returns what `search` returns.",
+        "memory.read", SearchArguments, "results", True, _recall("solved")),
     ToolSpec(
         "get_card", "Show a card",
-        "One card of the workspace by id (`mem-<uuid>`), as GET /{card_id}: {card: {id, family, "
-        "title, content, scope, concepts, dependencies, links, origin, source, revision, "
-        "index_status, created_at, updated_at}, incoming_links: [{source, title, meaning}], "
-        "open_operations}. A card of another workspace is not_found, like a missing one. No "
-        "score: this is a look-up, not a search.",
-        "memory.manage", GetCardArguments, CardDetail, True, _get_card),
+        "One card by id (`mem-<uuid>`) with its incoming links and open operations, as "
+        "GET /{card_id}. Another workspace's card is not_found, like a missing one.",
+        "memory.manage", GetCardArguments, None, True, _get_card),
     ToolSpec(
         "list_pending", "Pending index updates",
-        "The workspace's incomplete projection operations (cards saved but not yet, or not "
-        "successfully, indexed: they are left out of recall until then), oldest first, as "
-        "GET /pending: {operations: [{card_id, op, status, attempts, last_error, age_seconds, "
-        "...}], total}. Arguments `limit` (1..1000, default 100), `offset`. No score.",
-        "memory.manage", ListPendingArguments, PendingPage, True, _list_pending),
+        "Cards saved but not yet indexed (left out of recall until then): the incomplete "
+        "projection operations, oldest first, with attempts and last error, as GET /pending.",
+        "memory.manage", ListPendingArguments, "operations", True, _list_pending),
     ToolSpec(
         "propose", "Propose cards for review",
-        "Store a batch of proposals (1..100) of the workflow session `session`, for a human "
-        "reviewer to apply (this tool never writes a card): additions {key, decisions: [{id, "
-        "status}] with one `approved`, family, title, content, scope, concepts, dependencies, "
-        "links: [{target: card id or another proposal's key, meaning}], rationale} and updates "
-        "(kind `update`, card_id, revision). As POST /sessions/{session}/proposals: returns "
-        "{session_id, proposals: [{key, action (create|reuse|update), stored (new|unchanged), "
-        "stale, card_id, possible_duplicate}], session_total}. Re-sending an identical proposal "
-        "changes nothing. No score.",
-        "memory.propose", ProposeArguments, ProposeResult, False, _propose, activity="propose"),
+        "Store proposals of a workflow session for a human reviewer (never writes a card). An "
+        "addition needs one `approved` decision; an update names card_id and revision. "
+        "Re-sending an identical proposal changes nothing. Returns each proposal's action "
+        "(create|reuse|update), whether it was stored, whether it is stale, and its card_id.",
+        "memory.propose", ProposeArguments, "proposals", False, _propose, activity="propose"),
 )
 TOOLS_BY_NAME = {spec.name: spec for spec in TOOLS}
 
 
-def _result(value: Any) -> types.CallToolResult:
-    """A tool's result: the API's JSON document as structured content and as text."""
-    structured = msgspec.to_builtins(value)
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
-        structured_content=structured)
+def _encode(document: Any) -> bytes:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _cut_longest_string(node: Any, excess: int) -> bool:
+    """Shorten the longest string in ``node`` (a JSON document, changed in place) by at least
+    ``excess`` characters plus its marker; False when no string is long enough to be worth it."""
+    best: tuple[int, Any, Any] | None = None
+    stack = [node]
+    while stack:
+        parent = stack.pop()
+        pairs = parent.items() if isinstance(parent, dict) else enumerate(parent)
+        for key, value in pairs:
+            if isinstance(value, str):
+                if best is None or len(value) > best[0]:
+                    best = (len(value), parent, key)
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    if best is None or best[0] <= 64:
+        return False
+    length, parent, key = best
+    keep = max(32, length - excess - 48)
+    parent[key] = f"{parent[key][:keep]}… [cut: {length - keep} more characters]"
+    return True
+
+
+def fit(document: dict[str, Any], items: str | None,
+        cap: int = MAX_RESULT_BYTES) -> bytes:
+    """``document`` as compact UTF-8 JSON of at most ``cap`` bytes where it can be made so.
+
+    A larger one gets a ``truncated`` member ``{returned, found, cap_bytes, hint}`` and loses,
+    first, the last entries of its list ``items`` (the largest prefix that fits, found by
+    bisection: recall results stay in rank order); when even one entry (or a single object)
+    is too large, its longest strings are cut, each ending ``… [cut: N more characters]``
+    (``strings_cut`` counts them). The whole document is always on the HTTP API, uncut.
+    """
+    text = _encode(document)
+    if len(text) <= cap:
+        return text
+    found = len(document[items]) if items else 1
+    note: dict[str, Any] = {
+        "returned": found, "found": found, "cap_bytes": cap,
+        "hint": "ask for fewer results (`top`, `limit`), or read one card with get_card; the "
+                "HTTP API answers the whole document"}
+
+    def trimmed(k: int) -> dict[str, Any]:
+        return {**document, **({items: document[items][:k]} if items else {}),
+                "truncated": {**note, "returned": k}}
+
+    kept = found
+    if items:
+        low, high = 0, found - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if len(_encode(trimmed(middle))) <= cap:
+                low = middle
+            else:
+                high = middle - 1
+        if low:
+            return _encode(trimmed(low))
+        kept = min(found, 1)
+    shortened = json.loads(_encode(trimmed(kept)))
+    marked = {**shortened.pop("truncated"), "strings_cut": 0}
+    for _ in range(64):  # a cut removes at least the excess; bounded all the same
+        excess = len(_encode({**shortened, "truncated": marked})) - cap
+        if excess <= 0 or not _cut_longest_string(shortened, excess):
+            break
+        marked["strings_cut"] += 1
+    return _encode({**shortened, "truncated": marked})
+
+
+def _result(spec: ToolSpec, value: Any) -> types.CallToolResult:
+    """A tool's result: the API's JSON document, sent once as text (no structured copy: an
+    assistant reads the text), cut to :data:`MAX_RESULT_BYTES` by :func:`fit`."""
+    text = fit(msgspec.to_builtins(value), spec.items).decode()
+    return types.CallToolResult(content=[types.TextContent(text=text)])
 
 
 # ---- the server ----
@@ -295,7 +366,7 @@ def build_server(archive_of: Callable[[], Archive], identify: Identify) -> Serve
             # learns the arguments of a tool it may not call (403, not 422)
             principal.require(principal.workspace, spec.permission)
             args = models.convert(params.arguments or {}, spec.arguments)
-            return _result(await spec.call(archive_of(), principal, args))
+            return _result(spec, await spec.call(archive_of(), principal, args))
         except Exception as exc:  # noqa: BLE001 - every error is answered as an MCP error
             if spec is not None and spec.activity and principal is not None:
                 # as the writer's boundary does: a rejection that never reached the use case
@@ -306,7 +377,9 @@ def build_server(archive_of: Callable[[], Archive], identify: Identify) -> Serve
     return Server(SERVER_NAME, version="0.1.0", title="Memory archive",
                   instructions="Verified recall of this workspace's knowledge cards (search, "
                                "rules, solved), card look-up, and proposals for review. The "
-                               "workspace is the token's.",
+                               "workspace is the token's. Results are JSON text of at most "
+                               f"{MAX_RESULT_BYTES} bytes; a longer one is cut and says so "
+                               "in `truncated`.",
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
