@@ -23,7 +23,8 @@ from helpers import archive_row_counts, row_changes, start_server, stop_server
 from shared import models
 from shared.archive.authentication import FailedAuthLog
 from shared.archive.cards import MAX_IMPORT_CARDS
-from writer.app import MAX_IMPORT_BYTES, create_app
+from writer.app import create_app
+from writer.routes.memory import MAX_IMPORT_BYTES
 
 BASE = "/api/workspaces/acme/memory"
 SESSION = "/api/workspaces/acme/sessions/s1"

@@ -10,6 +10,7 @@ the connection's scope for the handler's ``principal`` dependency; ``shared`` ch
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from litestar import Request
@@ -94,15 +95,25 @@ async def provide_principal(request: Request) -> Principal:
 
 async def reject_unknown_query(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     """Guard (after :func:`authorize`): a query parameter the route does not take is a 400, not
-    silently ignored (a misspelt list filter would otherwise answer an unfiltered page).
+    silently ignored (a misspelt list filter would otherwise answer an unfiltered page). What the
+    route takes is read from the handler itself (:func:`query_parameters`); a path parameter's
+    name given in the query is ignored, as Litestar does.
 
     :raises BadRequest: an unknown query parameter (named, with the allowed ones).
     """
-    allowed = set(handler.parsed_fn_signature.parameters) - {"archive", "principal", "data",
-                                                            "request", "workflow",
-                                                            "schema_changes"}
-    unknown = sorted(set(connection.query_params) - allowed)
+    path = frozenset(connection.path_params)
+    taken = query_parameters(handler, path)
+    unknown = sorted(set(connection.query_params) - taken - path)
     if unknown:
-        names = ", ".join(sorted(allowed - set(connection.path_params))) or "none"
+        names = ", ".join(sorted(taken)) or "none"
         raise BadRequest(f"unknown query parameter {unknown[0]!r} (this route takes: {names})",
                          parameter=unknown[0][:100])
+
+
+@functools.lru_cache(maxsize=4096)
+def query_parameters(handler: BaseRouteHandler, path_parameters: frozenset[str]) -> frozenset[str]:
+    """The query parameters a route handler takes (their names in the query), as Litestar reads
+    them from its signature and its dependencies' for the route's ``path_parameters``; worked
+    out once per handler."""
+    model = handler.create_kwargs_model(path_parameters=dict.fromkeys(path_parameters))  # type: ignore[arg-type]
+    return frozenset(p.field_alias for p in model.expected_query_params)

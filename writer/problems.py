@@ -6,18 +6,37 @@ Every 4xx and 5xx of the writer is ``application/problem+json`` with ``type``, `
 ``permissions``, the ones the route takes). :data:`PROBLEM_RESPONSES` documents
 them in the OpenAPI document of every archive route, so clients and Schemathesis see the shape
 the writer really answers.
+
+:data:`EXCEPTION_HANDLERS` is the one table that turns every error into a problem-details
+response (archive errors, Litestar's HTTP errors, a lost PostgreSQL, anything unexpected);
+:func:`record_boundary_rejection` records the rejections that never reached ``shared``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+import psycopg
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.types import Scope
 
-from shared.errors import ArchiveError
+from shared import models
+from shared.archive.activity import record_rejection
+from shared.errors import ArchiveError, DatabaseUnavailable
+from writer.auth import principal_of
+
+if TYPE_CHECKING:
+    from shared.archive.cards import Archive
+
+log = logging.getLogger("memarc.writer")
 
 PROBLEM = "application/problem+json"
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+               413: "request_too_large", 401: "unauthorized", 403: "forbidden"}
 
 
 def problem_body(status: int, title: str, detail: str, code: str, instance: str | None = None,
@@ -75,3 +94,97 @@ IMPORT_PROBLEM_RESPONSES: dict[int, Any] = {
     **PROBLEM_RESPONSES,
     415: _spec("The body's Content-Encoding is neither gzip nor identity."),
 }
+
+
+def problem(status: int, title: str, detail: str, code: str, request: Request | None = None,
+            **extra: Any) -> Response:
+    """An RFC 9457 problem-details response (:func:`problem_body`)."""
+    return _problem_response(problem_body(status, title, detail, code,
+                                          request.url.path if request is not None else None,
+                                          **extra))
+
+
+def _problem_response(body: dict[str, Any]) -> Response:
+    headers = {"WWW-Authenticate": "Bearer"} if body["status"] == 401 else None
+    return Response(content=body, status_code=body["status"], media_type=PROBLEM, headers=headers)
+
+
+def _archive_error(request: Request, exc: ArchiveError) -> Response:
+    if exc.status >= 500:
+        log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
+    return _problem_response(archive_problem(exc, request.url.path))
+
+
+def _http_error(request: Request, exc: HTTPException) -> Response:
+    status = exc.status_code
+    if isinstance(exc, ValidationException):
+        errors = exc.extra if isinstance(exc.extra, list) else None
+        if errors and any(e.get("key") == "data" and e.get("message") == "'data'" for e in errors):
+            return problem(400, "The request could not be read.", "a JSON request body is required",
+                           "bad_request", request)
+        return problem(400, "The request could not be read.", str(exc.detail), "bad_request",
+                       request, errors=errors)
+    titles = {400: "The request could not be read."}
+    detail = str(exc.detail)
+    extra: dict[str, Any] = {}
+    if status == 413:  # name the limit that was exceeded
+        handler = request.scope.get("route_handler")
+        limit = handler.resolve_request_max_body_size() if handler is not None else None
+        if limit:
+            detail = f"the request body is larger than {limit:,} bytes (the limit of this route)"
+            extra = {"limit": limit}
+    response = problem(status, titles.get(status, str(exc.detail)), detail,
+                       _HTTP_CODES.get(status, "http_error"), request, **extra)
+    for name, value in (exc.headers or {}).items():  # e.g. Allow on 405
+        response.headers[name] = value
+    return response
+
+
+def _db_error(request: Request, exc: psycopg.OperationalError) -> Response:
+    return _archive_error(request, DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}"))
+
+
+def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(500, "Internal error", "the archive could not complete the request",
+                   "internal_error", request)
+
+
+#: The writer's one table of exception handlers (``exception_handlers=`` of the app).
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    ArchiveError: _archive_error,
+    HTTPException: _http_error,
+    psycopg.OperationalError: _db_error,
+    Exception: _internal_error,
+}
+
+
+async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
+    """``after_exception`` hook: a mutating route's error that ``shared`` did not record (a
+    missing permission, an unreadable body, a query parameter out of bounds, a body over the
+    size limit) is recorded as a rejected attempt of the route's activity verb
+    (``opt["activity"]``), when :func:`~writer.auth.authorize` admitted a principal."""
+    handler = scope.get("route_handler")
+    verb = handler.opt.get("activity") if handler is not None else None
+    principal = principal_of(scope)
+    workspace = (scope.get("path_params") or {}).get("workspace_id")
+    if not verb or principal is None or not isinstance(workspace, str) \
+            or getattr(exc, "activity_recorded", False):
+        return
+    if isinstance(exc, HTTPException) and not isinstance(exc, ArchiveError):
+        code = "bad_request" if isinstance(exc, ValidationException) else _HTTP_CODES.get(
+            exc.status_code, "http_error")
+        exc = BoundaryRejection(str(exc.detail), status=exc.status_code, code=code, cause=exc)
+    card = (scope.get("path_params") or {}).get("card_id")
+    archive: Archive = scope["litestar_app"].state.archive
+    await record_rejection(archive.db, principal, workspace, verb, exc,
+                           card_uuid=models.parse_card_id(card) if isinstance(card, str) else None)
+
+
+class BoundaryRejection(ArchiveError):
+    """The request was rejected before it reached the archive."""
+
+    def __init__(self, message: str, *, status: int, code: str, cause: Exception) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+        cause.activity_recorded = True  # type: ignore[attr-defined]

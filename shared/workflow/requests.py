@@ -1,6 +1,6 @@
 """The workflow's wire format (DESIGN §6): request and response structs, and the request digest.
 
-The structs are the API's (``writer/workflow.py`` takes and returns them, the OpenAPI document
+The structs are the API's (``writer/routes/sessions.py`` takes and returns them, the OpenAPI document
 shows them); :func:`digest` identifies a request for idempotency (a stored proposal, a review
 receipt, a schema-change run).
 """

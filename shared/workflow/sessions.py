@@ -23,7 +23,7 @@ Permissions, checked again here (the reviewer gate, issue 16): ``memory.propose`
 
 The rules are :mod:`shared.workflow.rules`, the wire format :mod:`shared.workflow.requests`; the
 SQL is in :mod:`shared.store.workflow`. A rejected call is recorded by :func:`audited` alone.
-This module imports no web framework; the writer's ``writer/workflow.py`` only parses and calls it.
+This module imports no web framework; the writer's ``writer/routes/sessions.py`` only parses and calls it.
 """
 
 from __future__ import annotations

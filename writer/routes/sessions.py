@@ -1,54 +1,27 @@
-"""The writer's workflow routes (DESIGN §6, §7): sessions, schema changes.
+"""The writer's session routes (DESIGN §6): a workflow session's proposals, summary, review,
+solved-index and decided cards.
 
 The reviewer gate (issue 16): proposals need ``memory.propose``; review and solved-index need
 ``memory.review``; the summary either one (the proposer checks its batch, the reviewer reads what
 it applies). Recording the cards decided in a session needs ``memory.propose`` (the agent records
-its user's decisions), listing them either one. Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call
-:mod:`shared.workflow.sessions` / :mod:`shared.workflow.schema_changes`, return. Errors are the
-shared ones, turned into problem details by the app's exception handlers. An idempotent replay
-(a review id or a schema-change run id delivered again) answers the stored result unchanged, with
-the header ``Idempotent-Replayed: true``.
+its user's decisions), listing them either one. Handlers parse, call
+:mod:`shared.workflow.sessions`, return; errors are the shared ones, turned into problem details
+by the app's exception handlers. A review id delivered again answers the stored receipt
+unchanged, with the header ``Idempotent-Replayed: true``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from litestar import Controller, Response, get, post
-from litestar.datastructures import State
-from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
 
 from shared.auth import Principal
 from shared.workflow.requests import (DecideRequest, ProposeRequest, ProposeResult, ReviewReceipt,
                                       ReviewRequest, SessionDecisions, SolvedIndexResult, Summary)
-from shared.workflow.schema_changes import (CleanupRequest, SchemaChangeRequest,
-                                           SchemaChangeResult, SchemaChanges)
 from shared.workflow.sessions import Workflow
-from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.problems import PROBLEM_RESPONSES
-
-REPLAYED = "Idempotent-Replayed"
-
-WorkspaceId = Annotated[str, Parameter(description="Workspace id", max_length=63)]
-SessionId = Annotated[str, Parameter(description="Session id of the caller's workflow",
-                                     max_length=200)]
-Wait = Annotated[float | None, Parameter(
-    description="Seconds (0..30) to wait for the run's point deletions", ge=0, le=30)]
-
-
-async def provide_workflow(state: State) -> Workflow:
-    """The workflow use cases of the process's archive (``Resources.archive()``)."""
-    return state.archive.workflow
-
-
-async def provide_schema_changes(state: State) -> SchemaChanges:
-    """The schema-change cleanup of the process's archive (``Resources.archive()``)."""
-    return state.archive.schema_changes
-
-
-def _replayed(content: object, replayed: bool) -> Response:
-    return Response(content=content, headers={REPLAYED: "true"} if replayed else None)
+from writer.routes.params import SessionId, WorkspaceId, replayed
 
 
 class SessionController(Controller):
@@ -56,11 +29,8 @@ class SessionController(Controller):
     memory.review), review and solved-index (memory.review), decided cards (recorded with
     memory.propose, listed with memory.propose or memory.review)."""
 
-    path = "/api/workspaces/{workspace_id:str}/sessions/{session_id:str}"
-    dependencies = {"workflow": Provide(provide_workflow), "principal": Provide(provide_principal)}
+    path = "/sessions/{session_id:str}"
     tags = ["workflow"]
-    security = [{"bearer": []}]
-    guards = [authorize, reject_unknown_query]
     # no default permission: each route names its own, so that a new route has to choose its
     # side of the reviewer gate (the isolation audit refuses a route without one)
 
@@ -112,7 +82,7 @@ class SessionController(Controller):
         SQL, 409 review id reused for another request or session already reviewed, 404; 403
         without ``memory.review`` (a token that only proposes cannot apply a review)."""
         outcome = await workflow.review(principal, workspace_id, session_id, data)
-        return _replayed(outcome.receipt, outcome.replayed)
+        return replayed(outcome.receipt, outcome.replayed)
 
     @post("/solved-index", responses=PROBLEM_RESPONSES,
           summary="Re-queue the projection of a session's receipt",
@@ -155,65 +125,3 @@ class SessionController(Controller):
         in the order they were decided. Errors: 404 no card decided in this session; 403
         without ``memory.propose`` or ``memory.review``; 401."""
         return await workflow.decisions(principal, workspace_id, session_id)
-
-
-class SchemaChangeController(Controller):
-    """Physical schema-change cleanup (memory.schema)."""
-
-    path = "/api/workspaces/{workspace_id:str}/schema-changes"
-    dependencies = {"schema_changes": Provide(provide_schema_changes),
-                    "principal": Provide(provide_principal)}
-    tags = ["schema changes"]
-    security = [{"bearer": []}]
-    guards = [authorize, reject_unknown_query]
-    opt = {"permission": "memory.schema"}
-
-    @post("", responses=PROBLEM_RESPONSES,
-          summary="Clean up after removed tables and columns (record, then run)",
-          status_code=200, opt={"activity": "schema_change"})
-    async def apply(self, schema_changes: NamedDependency[SchemaChanges],
-                    principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
-                    data: JSONBody[SchemaChangeRequest],
-                    wait: FromQuery[Wait] = None) -> Response[SchemaChangeResult]:
-        """The one-call form of ``/record`` then ``/cleanup``. Body ``{run_id, database, schema,
-        removed_tables: [...], removed_columns: [{table, column}]}``. Records the run (pending
-        cleanup), then deletes the cards with a dependency on a removed object (a removed table
-        covers its columns), with their links and points, and erases their content from the
-        session archive. Answers ``{run_id, status, phase, deleted: [card ids], errors:
-        [{card_id, error}], index_pending: [card ids], ...}``: ``status`` stays
-        ``cleanup_pending`` (``phase: index_pending``) until the point deletions are done too
-        (``wait``: seconds, at most 30, to wait for them). The same run id again completes an
-        incomplete run (re-queuing failed point deletions) or answers the completed one
-        unchanged (``Idempotent-Replayed: true``). Errors: 409 an earlier run of this
-        database/schema is incomplete (``run_id``, ``index_pending``), or the run id was
-        recorded with other objects; 403 permission or token binding; 422; 404."""
-        outcome = await schema_changes.apply(principal, workspace_id, data, wait or 0.0)
-        return _replayed(outcome.result, outcome.replayed)
-
-    @post("/record", responses=PROBLEM_RESPONSES,
-          summary="Record a schema-change run before the catalog commits its change",
-          status_code=201, opt={"activity": "schema_change"})
-    async def record(self, schema_changes: NamedDependency[SchemaChanges],
-                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
-                     data: JSONBody[SchemaChangeRequest]) -> Response[SchemaChangeResult]:
-        """Step 1: record the run (``status: cleanup_pending``, ``phase: recorded``) and delete
-        nothing, so a catalog records the pending cleanup before it commits its own physical
-        change, then asks for ``/cleanup``. 201; the same run id again answers the run as it is
-        (200, ``Idempotent-Replayed: true``). Body and errors as ``POST .../schema-changes``."""
-        outcome = await schema_changes.record_run(principal, workspace_id, data)
-        return Response(content=outcome.result, status_code=200 if outcome.replayed else 201,
-                        headers={REPLAYED: "true"} if outcome.replayed else None)
-
-    @post("/cleanup", responses=PROBLEM_RESPONSES,
-          summary="Run the cleanup of a recorded schema-change run", status_code=200,
-          opt={"activity": "schema_change"})
-    async def cleanup(self, schema_changes: NamedDependency[SchemaChanges],
-                      principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
-                      data: JSONBody[CleanupRequest],
-                      wait: FromQuery[Wait] = None) -> SchemaChangeResult:
-        """Step 2: body ``{run_id}`` of a recorded run. Deletes its cards (from what was
-        recorded: no new diff) and answers the run as ``POST .../schema-changes`` does; repeated,
-        it re-queues the run's failed or pending point deletions and completes the run once they
-        are done (``wait``: seconds, at most 30). A completed run is answered as it is. Errors:
-        404 no such run; 403; 422."""
-        return await schema_changes.cleanup(principal, workspace_id, data.run_id, wait or 0.0)
