@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from shared.errors import InvalidInput
-from shared.models import MAX_QUERY, MAX_TOP, SearchRequest, parse_time_bound
+from shared.models import MAX_QUERY, MAX_TOP, SORTS, SearchRequest, parse_time_bound
 from shared.models import convert as convert_model
-from shared.store.listing import SORTS, ListQuery
+from shared.store.listing import ListQuery
 
 from .paging import CARD_PAGE, MAX_PAGE, Page, Size
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from shared.archive import browsing as browse
-from shared.store.listing import SORTS, ListQuery
+from shared.store.listing import SORT_ORDER, ListQuery
 
 from .paging import Page, last_page, window
 from .params import SINGLE_FILTERS
@@ -78,7 +78,7 @@ def filter_pairs(query: ListQuery, size_given: bool) -> Pairs:
         if value is not None:
             pairs.append((name, value.isoformat()))
     if query.sort != "updated" or query.desc is False:
-        descending = SORTS[query.sort][1] if query.desc is None else query.desc
+        descending = SORT_ORDER[query.sort][1] if query.desc is None else query.desc
         pairs.append(("_sort_desc" if descending else "_sort", query.sort))
     if size_given:
         pairs.append(("_size", query.per_page))
@@ -131,7 +131,7 @@ def sort_links(base: str, pairs: Pairs, query: ListQuery) -> list[dict[str, Any]
     reverses its direction, another key's sorts in its default direction."""
     others = [p for p in pairs if p[0] not in ("_sort", "_sort_desc")]
     links = []
-    for key, (_, default_desc) in SORTS.items():
+    for key, (_, default_desc) in SORT_ORDER.items():
         current = query.sort == key
         descending = default_desc
         if current and query.desc is not None:

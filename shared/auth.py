@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -18,8 +18,7 @@ from shared.errors import Forbidden
 
 Permission = Literal["memory.read", "memory.manage", "memory.propose", "memory.review",
                      "memory.schema"]
-PERMISSIONS: tuple[str, ...] = ("memory.read", "memory.manage", "memory.propose", "memory.review",
-                                "memory.schema")
+PERMISSIONS: tuple[str, ...] = get_args(Permission)
 #: The reviewer gate (DESIGN §6, issue 16): an agent that proposes must not apply its own
 #: proposals, so proposing (``memory.propose``) and applying a review (``memory.review``) are two
 #: permissions. A token holding both is possible (an administrator creates it explicitly) but is

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import Meta
@@ -45,14 +45,27 @@ MAX_BODY_BYTES = 1_000_000
 #: 4: two more named vectors on the card's own text, without linked questions (migrations/014).
 PROJECTION_FORMAT = 4
 
+# ---- the vocabulary: each word list written once, as a Literal; its tuple derived from it ----
 Family = Literal["domain_clarification", "sql_rule", "solved_question", "explained_error"]
-FAMILIES: tuple[str, ...] = ("domain_clarification", "sql_rule", "solved_question", "explained_error")
+FAMILIES: tuple[str, ...] = get_args(Family)
 Origin = Literal["manual", "workflow", "import"]
-ORIGINS: tuple[str, ...] = ("manual", "workflow", "import")
+ORIGINS: tuple[str, ...] = get_args(Origin)
 Mode = Literal["search", "rules", "solved"]
 #: What an import does with a line whose key is already a card's key in the workspace.
 OnConflict = Literal["skip", "update"]
-ON_CONFLICT: tuple[str, ...] = ("skip", "update")
+ON_CONFLICT: tuple[str, ...] = get_args(OnConflict)
+#: The orders of a card listing (API, CLI, explorer); :mod:`shared.store.listing` maps each to
+#: its column and default direction.
+Sort = Literal["updated", "created", "title", "family"]
+SORTS: tuple[str, ...] = get_args(Sort)
+#: A workspace's language: the stemmer of its BM25 side (and, for ``it``, its dense model when
+#: ``MEMARC_DENSE_MODEL_IT`` is set).
+Language = Literal["en", "it"]
+LANGUAGES: tuple[str, ...] = get_args(Language)
+#: A card's projection: ``current`` (recorded valid projection of its revision and format),
+#: ``pending`` (not yet projected, so excluded from recall), ``failed`` (an operation exhausted
+#: its attempts).
+IndexStatus = Literal["current", "pending", "failed"]
 
 #: Families each recall mode may return (DESIGN §5).
 MODE_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -217,7 +230,7 @@ class Card(msgspec.Struct, kw_only=True):
     revision: int
     created_at: datetime
     updated_at: datetime
-    index_status: Literal["current", "pending", "failed"] = "pending"
+    index_status: IndexStatus = "pending"
 
 
 class Filters(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):

@@ -24,6 +24,7 @@ from typing import Any
 from shared.auth import Principal
 from shared.cards_file import bundled_cards
 from shared.config import Settings, load_settings
+from shared.models import LANGUAGES
 from shared.projection.jobs import build_worker, stop_worker, supervise_worker
 from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
@@ -204,7 +205,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
     resources = await Resources.open(settings, with_index=True)
     try:
         assert resources.embedder is not None
-        await asyncio.to_thread(resources.embedder.load, ("en", "it"))
+        await asyncio.to_thread(resources.embedder.load, LANGUAGES)
         info: dict[str, Any] = {
             "writer": f"http://{host}:{port}",
             "openapi": f"http://{host}:{port}/schema",

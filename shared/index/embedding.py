@@ -21,9 +21,11 @@ from typing import Any
 from shared.config import Settings
 from shared.errors import EmbedderUnavailable
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, SparseVector, VectorLayout
+from shared.models import Language
 
 BM25_MODEL = "Qdrant/bm25"
-LANGUAGES = {"en": "english", "it": "italian"}
+#: The Snowball stemmer of each workspace language (:data:`shared.models.LANGUAGES`).
+STEMMERS: dict[Language, str] = {"en": "english", "it": "italian"}
 #: texts per dense batch (sorted by length, so a batch pads little)
 DENSE_BATCH = 16
 #: added to a model-loading error when no local model folder is configured (an offline machine
@@ -114,7 +116,7 @@ class Embedder:
                                       f"{'' if path else OFFLINE_HINT}") from exc
 
     def _load_sparse(self, language: str) -> Any:
-        lang = LANGUAGES.get(language, "english")
+        lang = STEMMERS.get(language, "english")  # type: ignore[call-overload]
         if lang not in self._sparse:
             with self._lock:
                 if lang not in self._sparse:

@@ -20,6 +20,7 @@ from shared.auth import PERMISSIONS, gate_warning, new_token, token_digest
 from psycopg.types.json import Jsonb
 
 from shared.errors import Conflict, InvalidInput, LockTimeout, NotFound
+from shared.models import LANGUAGES
 from shared.store.database import MIGRATOR_ROLE, Q
 
 WORKSPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -45,8 +46,9 @@ def create_workspace(migrator_url: str, schema: str, workspace: str, language: s
     if not WORKSPACE_RE.match(workspace):
         raise InvalidInput("a workspace id is 1-63 characters of a-z, 0-9, '_' and '-', "
                            "starting with a letter or digit", field="workspace")
-    if language not in ("en", "it"):
-        raise InvalidInput("language must be 'en' or 'it'", field="language")
+    if language not in LANGUAGES:
+        raise InvalidInput(f"language must be {' or '.join(map(repr, LANGUAGES))}",
+                           field="language")
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
         removal = conn.execute(Q.bootstrap_removal_pending, {"workspace": workspace}).fetchone()

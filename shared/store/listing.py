@@ -50,13 +50,14 @@ class ListQuery(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     column: str | None = None
     updated_after: datetime | None = None
     updated_before: datetime | None = None
-    sort: str = "updated"
+    sort: models.Sort = "updated"
     desc: bool | None = None
     page: int = 1
     per_page: int = 20
 
 
-SORTS: dict[str, tuple[str, bool]] = {  # column, descending by default
+#: The column of each sort (:data:`shared.models.SORTS`) and whether it is descending by default.
+SORT_ORDER: dict[models.Sort, tuple[str, bool]] = {
     "updated": ("c.updated_at", True),
     "created": ("c.created_at", True),
     "title": ("lower(c.title)", False),
@@ -174,13 +175,13 @@ def _check_page(query: ListQuery) -> None:
         raise InvalidInput("page must be at least 1", field="page")
     if not 1 <= query.per_page <= models.MAX_PER_PAGE:
         raise InvalidInput(f"per_page must be between 1 and {models.MAX_PER_PAGE}", field="per_page")
-    if query.sort not in SORTS:
-        raise InvalidInput(f"sort must be one of {', '.join(SORTS)}", field="sort")
+    if query.sort not in models.SORTS:
+        raise InvalidInput(f"sort must be one of {', '.join(models.SORTS)}", field="sort")
 
 
 def _order(query: ListQuery) -> sql.Composable:
     """``ORDER BY`` terms of the query's sort (ties by id, in the same direction)."""
-    column, default_desc = SORTS[query.sort]
+    column, default_desc = SORT_ORDER[query.sort]
     direction = sql.SQL("DESC" if (default_desc if query.desc is None else query.desc) else "ASC")
     return sql.SQL("{} {}, c.id {}").format(sql.SQL(column), direction, direction)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from shared.models import ON_CONFLICT
+from shared.models import ON_CONFLICT, SORTS
 from writer.cli.command import CliError, add_command, read_json_file
 
 
@@ -326,7 +326,7 @@ def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
         ls.add_argument(f"--{name}", help=f"one dependency entry must carry this {name}")
     ls.add_argument("--updated-after", help="ISO date or timestamp (inclusive)")
     ls.add_argument("--updated-before", help="ISO date or timestamp (exclusive)")
-    ls.add_argument("--sort", choices=["updated", "created", "title", "family"],
+    ls.add_argument("--sort", choices=SORTS,
                     help="order (default updated, newest first); ties by id")
     ls.add_argument("--desc", action="store_true", help="reverse the sort's default direction")
     ls.add_argument("--page", type=int, default=1, help="page number (default 1)")

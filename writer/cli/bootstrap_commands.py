@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from shared.auth import PERMISSIONS
+from shared.models import LANGUAGES
 from writer.cli.command import CliError, add_command
 
 
@@ -110,7 +111,7 @@ def configure_workspace_parser(subparsers: argparse._SubParsersAction) -> None:
     wc = wsub.add_parser("create", help="Create a workspace.")
     wc.set_defaults(func=create_workspace_command)
     wc.add_argument("workspace_id", help="workspace id: a-z, 0-9, '_' and '-'")
-    wc.add_argument("--language", choices=["en", "it"], default="en",
+    wc.add_argument("--language", choices=LANGUAGES, default="en",
                     help="language of BM25 stemming (default en)")
     wd = wsub.add_parser("delete", help="Delete a workspace: its cards, every row it owns, its "
                                         "tokens and (through the worker) its index collection.")
