@@ -63,18 +63,18 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
         status = await archive.status(principal, workspace)
         if result.created == 0:  # nothing new to wait for (as before import keys: no wait)
             break
-        if status["current"] != last:
-            last = status["current"]
-            print(f"projected {status['current']}/{status['cards']} cards "
+        if status.current != last:
+            last = status.current
+            print(f"projected {status.current}/{status.cards} cards "
                   f"({time.monotonic() - started:.1f} s)", file=out, flush=True)
-        if status["current"] >= status["cards"]:
+        if status.current >= status.cards:
             break
         await asyncio.sleep(1.0)
-    ready: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status["cards"],
-                             "by_family": status["by_family"]}
+    ready: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status.cards,
+                             "by_family": status.by_family}
     if result.created:
         ready["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
     else:
-        ready.update(current=status["current"],
+        ready.update(current=status.current,
                      note="every bundled card was imported already; nothing imported")
     print(json.dumps(ready), file=out, flush=True)

@@ -46,7 +46,8 @@ from mcp.shared.exceptions import MCPError
 from shared import models
 from shared.archive.activity import record_rejection
 from shared.archive.authentication import FailedAuthLog
-from shared.archive.cards import Archive, CardDetail, PendingPage
+from shared.archive.cards import Archive
+from shared.archive.responses import CardDetail, PendingPage
 from shared.auth import Principal
 from shared.errors import ArchiveError, DatabaseUnavailable, NotFound
 from shared.models import RecallResponse, SearchRequest

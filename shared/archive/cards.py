@@ -23,6 +23,10 @@ import msgspec
 
 from shared import models
 from shared.archive.activity import audited
+from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
+                                      CardPage, DeleteResult, DependencyStatus, ImportResult,
+                                      PendingPage, QueuedRebuild, RecallResponse, Rebuild,
+                                      RetryResult, WorkspaceStatus, WriteResult)
 from shared.auth import Principal
 from shared.config import Settings
 from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
@@ -30,7 +34,7 @@ from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, I
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.metrics import Metrics, QueueFigures
-from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard, IncomingLink,
+from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard,
                            SearchRequest, card_id_str, parse_card_id, validate_card_write)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import BATCH_SIZE
@@ -44,69 +48,7 @@ from shared.workflow.schema_changes import SchemaChanges
 
 log = logging.getLogger(__name__)
 
-IndexStatus = Literal["current", "pending", "failed"]
 MAX_IMPORT_CARDS = 20_000
-
-
-class WriteResult(msgspec.Struct):
-    """Response of a create or update: the card as committed and its index status."""
-
-    card: Card
-    index_status: IndexStatus
-
-
-class DeleteResult(msgspec.Struct):
-    """Response of a delete: the removed id and whether its point is gone yet."""
-
-    deleted: str
-    index_status: Literal["current", "pending"]
-
-
-class CardDetail(msgspec.Struct):
-    """A card with its incoming links and projection detail (show)."""
-
-    card: Card
-    incoming_links: list[IncomingLink]
-    open_operations: list[dict[str, Any]]
-
-
-class CardPage(msgspec.Struct):
-    """One page of a listing."""
-
-    cards: list[Card]
-    total: int
-    page: int
-    per_page: int
-
-
-class PendingPage(msgspec.Struct):
-    """Incomplete projection operations."""
-
-    operations: list[dict[str, Any]]
-    total: int
-
-
-class RetryResult(msgspec.Struct):
-    """Operations re-queued by a retry."""
-
-    card_id: str
-    operations: list[int]
-    enqueued: bool
-
-
-class ImportResult(msgspec.Struct):
-    """What an import did: cards ``created`` (and ``by_family``, per family of those), existing
-    cards ``updated`` (``on_conflict=update``, something differed), existing cards left as they
-    were (``unchanged``: compared and equal, with ``update``; ``skipped``: not compared, with
-    ``skip``), and whether Redis took the projection jobs (``enqueued``; true when there were
-    none)."""
-
-    created: int
-    by_family: dict[str, int]
-    enqueued: bool
-    updated: int = 0
-    unchanged: int = 0
-    skipped: int = 0
 
 
 def _card_uuid(card_id: str) -> uuid.UUID:
@@ -413,7 +355,7 @@ class Archive:
 
     async def activity(self, principal: Principal, workspace: str, *, verb: str | None = None,
                        card_id: str | None = None, outcome: str | None = None, limit: int = 50,
-                       offset: int = 0) -> dict[str, Any]:
+                       offset: int = 0) -> ActivityPage:
         """Activity of the workspace, newest first: ``{activity: [...], total}``.
 
         :raises InvalidInput: limit outside 1..500, offset < 0, a card id that is not one.
@@ -433,12 +375,12 @@ class Archive:
             await workspaces.get(conn, workspace)
             rows, total = await activity_log.entries(conn, verb=verb, card_uuid=card_uuid,
                                                      outcome=outcome, limit=limit, offset=offset)
-        return {"activity": rows, "total": total}
+        return ActivityPage(activity=msgspec.convert(rows, list[ActivityEntry]), total=total)
 
     # ---- index lifecycle (memory.manage) ----
 
     @audited("index")
-    async def start_rebuild(self, principal: Principal, workspace: str) -> dict[str, Any]:
+    async def start_rebuild(self, principal: Principal, workspace: str) -> QueuedRebuild:
         """Queue a tracked rebuild of the workspace's projection (see :mod:`shared.projection.rebuild`).
 
         :raises Conflict: a rebuild of this workspace is already queued or running.
@@ -455,10 +397,10 @@ class Archive:
             await activity_log.record(conn, workspace, actor=principal.actor, verb="index",
                                       outcome="queued", detail={"rebuild": str(rebuild_id)})
         row["enqueued"] = await self.queue.enqueue_rebuild(workspace, rebuild_id)
-        return row
+        return msgspec.convert(row, QueuedRebuild)
 
     async def rebuild_status(self, principal: Principal, workspace: str,
-                             rebuild_id: str | None = None) -> dict[str, Any]:
+                             rebuild_id: str | None = None) -> Rebuild:
         """A tracked rebuild (the latest one when no id is given).
 
         :raises NotFound: no such rebuild.
@@ -475,9 +417,10 @@ class Archive:
                 row = await rebuilds.latest(conn)
         if row is None:
             raise NotFound("no rebuild of this workspace")
-        return row
+        return msgspec.convert(row, Rebuild)
 
-    async def audit(self, principal: Principal, workspace: str, repair: bool = False):
+    async def audit(self, principal: Principal, workspace: str,
+                    repair: bool = False) -> AuditReport:
         """Compare PostgreSQL and the index point by point; with ``repair``, queue the fixes.
 
         :raises IndexUnavailable: no index in this process, or it cannot be read.
@@ -493,7 +436,7 @@ class Archive:
         return report
 
     @audited("audit-repair")
-    async def repair_index(self, principal: Principal, workspace: str) -> Any:
+    async def repair_index(self, principal: Principal, workspace: str) -> AuditReport:
         """:meth:`audit`, then queue the operations that fix what it found (an ``audit-repair``
         activity record).
 
@@ -504,7 +447,7 @@ class Archive:
     # ---- recall (memory.read) ----
 
     async def search(self, principal: Principal, workspace: str, req: SearchRequest, *,
-                     role: Literal["runtime", "reader"] = "runtime"):
+                     role: Literal["runtime", "reader"] = "runtime") -> RecallResponse:
         """Verified recall through this process's privacy filter; see
         :func:`shared.recall.verified.recall` (``role``: the database role of its reads; the
         explorer passes ``reader``).
@@ -664,7 +607,7 @@ class Archive:
 
     # ---- status ----
 
-    async def status(self, principal: Principal, workspace: str) -> dict[str, Any]:
+    async def status(self, principal: Principal, workspace: str) -> WorkspaceStatus:
         """Cards per family, how many are projected, open operations, and whether the
         dependencies answer (``dependencies``: ``database`` up, since it answered, and ``queue``
         up or down: Redis, which projects open operations)."""
@@ -675,6 +618,6 @@ class Archive:
             counts = await outbox.projection_counts(conn)
             _, open_ops = await outbox.pending(conn, 1, 0)
         queue = "up" if await self.queue.reachable() else "down"
-        return {"workspace": workspace, "by_family": families, "cards": counts["cards"],
-                "current": counts["current"], "open_operations": open_ops,
-                "dependencies": {"database": "up", "queue": queue}}
+        return WorkspaceStatus(workspace=workspace, by_family=families, cards=counts["cards"],
+                               current=counts["current"], open_operations=open_ops,
+                               dependencies=DependencyStatus(database="up", queue=queue))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 import msgspec
 from litestar import Controller, Request, delete, get, post, put
@@ -19,13 +19,15 @@ from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from litestar.response import Stream
 
 from shared import models
-from shared.archive.cards import (Archive, CardDetail, CardPage, DeleteResult, ImportResult,
-                                  PendingPage, RetryResult, WriteResult)
+from shared.archive.cards import Archive
+from shared.archive.responses import (ActivityPage, AuditReport, CardDetail, CardPage,
+                                      DeleteResult, ImportResult, PendingPage, QueuedRebuild,
+                                      RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
+                                      WriteResult)
 from shared.auth import Principal
 from shared.cards_file import decode_cards
 from shared.errors import BadRequest, UnsupportedEncoding
-from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
-from shared.projection.reconciliation import AuditReport
+from shared.models import CardWrite, ImportCard, SearchRequest
 from shared.store.listing import ListQuery
 from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM_RESPONSES
 from writer.routes.params import CardId, Offset, RebuildId, Wait, WorkspaceId
@@ -106,7 +108,7 @@ class MemoryController(Controller):
             max_length=40, description="date (YYYY-MM-DD, UTC) or ISO 8601 timestamp")]] = None,
         updated_before: FromQuery[Annotated[str | None, Parameter(
             max_length=40, description="date (YYYY-MM-DD, UTC) or ISO 8601 timestamp")]] = None,
-        sort: FromQuery[Literal["updated", "created", "title", "family"]] = "updated",
+        sort: FromQuery[models.Sort] = "updated",
         desc: FromQuery[bool | None] = None,
         page: FromQuery[Annotated[int, Parameter(ge=1, le=1_000_000)]] = 1,
         per_page: FromQuery[Annotated[int, Parameter(ge=1, le=models.MAX_PER_PAGE)]] = 20,
@@ -154,7 +156,7 @@ class MemoryController(Controller):
         outcome: FromQuery[Annotated[str | None, Parameter(max_length=100)]] = None,
         limit: FromQuery[Annotated[int, Parameter(ge=1, le=500)]] = 50,
         offset: FromQuery[Offset] = 0,
-    ) -> dict[str, Any]:
+    ) -> ActivityPage:
         """Every state change and every rejected or failed attempt, newest first:
         ``{activity: [{id, at, actor, verb, card_id, outcome, detail}], total}``; filters
         ``verb``, ``card_id``, ``outcome`` (prefix, e.g. ``rejected``)."""
@@ -164,7 +166,7 @@ class MemoryController(Controller):
     @get("/status", responses=PROBLEM_RESPONSES,
          summary="Card and projection counts", opt={"permission": "memory.read"})
     async def status(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
-                     workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
+                     workspace_id: FromPath[WorkspaceId]) -> WorkspaceStatus:
         """Cards per family, how many have a current projection, open operations, and
         ``dependencies``: ``{"database": "up", "queue": "up" | "down"}`` (Redis)."""
         return await archive.status(principal, workspace_id)
@@ -174,7 +176,7 @@ class MemoryController(Controller):
           opt={"activity": "index"})
     async def start_rebuild(self, archive: NamedDependency[Archive],
                             principal: NamedDependency[Principal],
-                            workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
+                            workspace_id: FromPath[WorkspaceId]) -> QueuedRebuild:
         """Queue a tracked rebuild of the projection from authoritative cards into a new
         collection, switched in when complete (recall keeps working on the old one). 202 with
         the rebuild ``{id, status, ...}``; follow it with ``GET .../index/{id}``. Errors: 409 a
@@ -184,7 +186,7 @@ class MemoryController(Controller):
     @get("/index", responses=PROBLEM_RESPONSES, summary="Latest index rebuild")
     async def latest_rebuild(self, archive: NamedDependency[Archive],
                              principal: NamedDependency[Principal],
-                             workspace_id: FromPath[WorkspaceId]) -> dict[str, Any]:
+                             workspace_id: FromPath[WorkspaceId]) -> Rebuild:
         """The latest rebuild: status (queued, running, done, failed), progress ``done/total``,
         summary or error. 404 when the workspace was never rebuilt."""
         return await archive.rebuild_status(principal, workspace_id)
@@ -193,7 +195,7 @@ class MemoryController(Controller):
     async def rebuild(self, archive: NamedDependency[Archive],
                       principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
-                      rebuild_id: FromPath[RebuildId]) -> dict[str, Any]:
+                      rebuild_id: FromPath[RebuildId]) -> Rebuild:
         """One tracked rebuild by id. Errors: 404."""
         return await archive.rebuild_status(principal, workspace_id, rebuild_id)
 
