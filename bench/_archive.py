@@ -82,7 +82,7 @@ async def build(name: str, cards: list[ImportCard], workspace: str = "bench") ->
     principal = Principal(workspace=workspace, permissions=frozenset({"memory.manage"}),
                           actor="bench")
     if cards:  # an empty import is refused (422 no cards); an empty archive imports nothing
-        await archive.import_cards(principal, workspace, cards)
+        await archive.transfer.import_cards(principal, workspace, cards)
     started = time.perf_counter()
     while True:
         report = await project_operations(resources.db, resources.index, resources.embedder,

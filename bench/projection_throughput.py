@@ -66,7 +66,7 @@ async def main(argv: list[str] | None = None) -> None:
     bench.archive.queue = res.queue
 
     # 1. pipeline throughput
-    await bench.archive.import_cards(bench.principal, bench.workspace, cards)
+    await bench.archive.transfer.import_cards(bench.principal, bench.workspace, cards)
     worker = build_worker(res, burst=True, poll_delay=0.05)
     t0 = time.perf_counter()
     await worker.main()

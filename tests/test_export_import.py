@@ -309,11 +309,11 @@ async def test_bad_input_is_a_4xx_and_writes_nothing(make_env):
 
         me = Principal(workspace="dst", permissions=frozenset({"memory.manage"}), actor="test")
         with pytest.raises(InvalidInput, match="on_conflict"):
-            await archive.import_cards(me, "dst", [], "replace")  # type: ignore[arg-type]
+            await archive.transfer.import_cards(me, "dst", [], "replace")  # type: ignore[arg-type]
         with pytest.raises(InvalidInput, match="no cards"):
-            await archive.import_cards(me, "dst", [])
+            await archive.transfer.import_cards(me, "dst", [])
         with pytest.raises(InvalidInput, match="unknown family"):
-            await archive.export_cards(me, "dst", ["recipes"])
+            await archive.transfer.export_cards(me, "dst", ["recipes"])
 
 
 async def test_a_foreign_workspace_cannot_be_exported(make_env):

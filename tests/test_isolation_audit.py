@@ -469,7 +469,8 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "Archive.activity": (), "Archive.start_rebuild": (),
         "Archive.rebuild_status": (a["rebuild"],), "Archive.audit": (),
         "Archive.repair_index": (), "Archive.search": (SearchRequest(query="alpha"),),
-        "Archive.import_cards": ([],), "Archive.export_cards": (), "Archive.status": (),
+        "Archive.status": (),
+        "Transfer.import_cards": ([],), "Transfer.export_cards": (),
         "Workflow.propose": (a["session"], ProposeRequest(proposals=[])),
         "Workflow.summary": (a["session"],),
         "Workflow.review": (a["session"], ReviewRequest(review_id="x", decline_all=True)),
@@ -491,7 +492,7 @@ async def test_shared_core_rechecks_the_principal(make_env, subtests):
         data = await seed(env)
         archive = env.resources.archive()
         services = {"Archive": archive, "Workflow": archive.workflow,
-                    "SchemaChanges": archive.schema_changes}
+                    "SchemaChanges": archive.schema_changes, "Transfer": archive.transfer}
         calls = core_calls(data["wa"])
         found = {f"{name}.{m}" for name, svc in services.items()
                  for m, fn in inspect.getmembers(type(svc), inspect.iscoroutinefunction)

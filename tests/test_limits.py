@@ -22,7 +22,7 @@ from helpers import archive_row_counts, row_changes, start_server, stop_server
 
 from shared import models
 from shared.archive.authentication import FailedAuthLog
-from shared.archive.cards import MAX_IMPORT_CARDS
+from shared.archive.transfer import MAX_IMPORT_CARDS
 from writer.app import create_app
 from writer.routes.memory import MAX_IMPORT_BYTES
 

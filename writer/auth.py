@@ -115,5 +115,6 @@ def query_parameters(handler: BaseRouteHandler, path_parameters: frozenset[str])
     """The query parameters a route handler takes (their names in the query), as Litestar reads
     them from its signature and its dependencies' for the route's ``path_parameters``; worked
     out once per handler."""
-    model = handler.create_kwargs_model(path_parameters=dict.fromkeys(path_parameters))  # type: ignore[arg-type]
+    names = dict.fromkeys(path_parameters)  # only the names are read
+    model = handler.create_kwargs_model(path_parameters=names)  # type: ignore[arg-type]
     return frozenset(p.field_alias for p in model.expected_query_params)

@@ -55,7 +55,7 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
     :raises InvalidInput: a line of the cards file is invalid (nothing is imported).
     """
     started = time.monotonic()
-    result = await archive.import_cards(principal, workspace, read_cards(cards_path))
+    result = await archive.transfer.import_cards(principal, workspace, read_cards(cards_path))
     print(json.dumps({"imported": result.created, "by_family": result.by_family,
                       "already_imported": result.skipped}), file=out, flush=True)
     last = -1

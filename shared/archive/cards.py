@@ -1,4 +1,8 @@
-"""The archive's use cases (:class:`Archive`): card administration, index lifecycle, recall, import.
+"""The archive's use cases (:class:`Archive`): card administration, index lifecycle, recall.
+
+The archive also holds the other use cases over the same database and queue: the session
+workflow (``.workflow``), the schema-change cleanup (``.schema_changes``) and the import and
+export of cards files (``.transfer``, :mod:`shared.archive.transfer`).
 
 Every surface (writer API, CLI, explorer, importer) calls these, on the archive that
 :meth:`shared.resources.Resources.archive` builds. Each method checks the principal again
@@ -15,18 +19,16 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
 from shared import models
 from shared.archive.activity import audited
 from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
-                                      CardPage, DeleteResult, DependencyStatus, ImportResult,
-                                      PendingPage, QueuedRebuild, RecallResponse, Rebuild,
-                                      RetryResult, WorkspaceStatus, WriteResult)
+                                      CardPage, DeleteResult, DependencyStatus, PendingPage,
+                                      QueuedRebuild, RecallResponse, Rebuild, RetryResult,
+                                      WorkspaceStatus, WriteResult)
 from shared.auth import Principal
 from shared.config import Settings
 from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
@@ -34,22 +36,19 @@ from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, I
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.metrics import Metrics, QueueFigures
-from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, ImportCard,
-                           SearchRequest, card_id_str, parse_card_id, validate_card_write)
+from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, SearchRequest, card_id_str,
+                           parse_card_id, validate_card_write)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
-from shared.projection.project import BATCH_SIZE
 from shared.projection.queue import OutageLog, ProjectionQueue
 from shared.recall.verified import RecallTimings, recall
 from shared.store import activity_log, cards, listing, outbox, rebuilds, workspaces
 from shared.store.database import Database
 from shared.store.listing import ListQuery
+from shared.archive.transfer import Transfer
 from shared.workflow.sessions import Workflow
 from shared.workflow.schema_changes import SchemaChanges
 
 log = logging.getLogger(__name__)
-
-MAX_IMPORT_CARDS = 20_000
-
 
 def _card_uuid(card_id: str) -> uuid.UUID:
     cid = parse_card_id(card_id)
@@ -58,122 +57,16 @@ def _card_uuid(card_id: str) -> uuid.UUID:
     return cid
 
 
-async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, int]
-                       ) -> tuple[dict[str, uuid.UUID], set[str]]:
-    """Resolve an import's keys and link targets in its transaction: ``(refs, existing)``, where
-    ``refs`` maps every key of the file and every link target to its card (an existing card of
-    the key, else a new id) and ``existing`` holds the file's keys that are cards already.
-
-    :raises InvalidInput: a link target that is no key of the file and neither the key nor the
-        id of a card of this workspace; a line that links to itself; a line with two links to
-        one card (its key and its id, say).
-    """
-    outside = list(dict.fromkeys(link.target for c in items for link in c.links
-                                 if link.target not in line_of))
-    found = await cards.ids_by_key(conn, [*line_of, *outside])
-    found.update(await _adopt_unkeyed(conn, [c for c in items if c.key not in found]))
-    existing = {k for k in line_of if k in found}
-    refs = {k: found.get(k) or uuid.uuid4() for k in line_of}
-    unresolved = [t for t in outside if t not in found]
-    by_id = {t: parse_card_id(t) for t in unresolved}
-    for target, cid in by_id.items():
-        if cid is None:
-            raise InvalidInput(f"link target {target!r} is neither a key of this file nor the "
-                               "key or id of a card of this workspace")
-    present = await cards.existing_ids(conn, list(by_id.values())) if by_id else set()
-    for target, cid in by_id.items():
-        if cid not in present:
-            raise InvalidInput(f"link target {target} is not a card of this workspace")
-        refs[target] = cid  # type: ignore[assignment]
-    refs.update({t: found[t] for t in outside if t in found})
-    for c in items:
-        if any(refs[link.target] == refs[c.key] for link in c.links):
-            raise InvalidInput(f"line {line_of[c.key]}: key {c.key!r} links to itself")
-        seen: dict[uuid.UUID, str] = {}
-        for link in c.links:  # a key and an id (or two keys) can name the same card
-            first = seen.setdefault(refs[link.target], link.target)
-            if first != link.target:
-                raise InvalidInput(f"line {line_of[c.key]}: links {first!r} and "
-                                   f"{link.target!r} name the same card; link to it once")
-    return refs, existing
-
-
-def _signature(card: Card | ImportCard) -> tuple[Any, ...]:
-    """What makes an import line the card it created: family, title, content, scope, concepts
-    and dependencies (in order) and source; not the links (a line names them by key)."""
-    return (card.family, card.title, tuple(sorted(card.content.items())), card.scope,
-            tuple(card.concepts), tuple(d.key() for d in card.dependencies),
-            msgspec.json.encode(card.source, order="sorted") if card.source else None)
-
-
-async def _adopt_unkeyed(conn: Any, lines: list[ImportCard]) -> dict[str, uuid.UUID]:
-    """Cards imported before migration 011 have no import key: each line (whose key is no card's
-    key) that says exactly what such a card holds (:func:`_signature`) adopts it, the oldest
-    first, and gives it its key; returns ``{key: card id}`` of the adoptions. So a file imported
-    before import keys existed imports again without creating its cards twice."""
-    candidates = await cards.unkeyed_imported(conn) if lines else []
-    if not candidates:
-        return {}
-    waiting: dict[tuple[Any, ...], list[uuid.UUID]] = {}
-    for card in candidates:
-        waiting.setdefault(_signature(card), []).append(parse_card_id(card.id))  # type: ignore[arg-type]
-    adopted = {}
-    for line in lines:
-        ids = waiting.get(_signature(line))
-        if ids:
-            adopted[line.key] = ids.pop(0)
-    if adopted:
-        await cards.set_import_keys(conn, adopted)
-    return adopted
-
-
-def _same_card(card: Card, line: ImportCard, links: set[tuple[uuid.UUID, str]]) -> bool:
-    """Whether an import line (validated) says what the card holds: title, content, scope,
-    concepts (in order), dependencies (in order) and outgoing links (as a set)."""
-    return (card.title == line.title and card.content == line.content
-            and card.scope == line.scope and card.concepts == line.concepts
-            and card.dependencies == line.dependencies
-            and {(parse_card_id(link.target), link.meaning) for link in card.links} == links)
-
-
-async def _update_imported(conn: Any, workspace: str, items: list[ImportCard],
-                           refs: dict[str, uuid.UUID], existing: set[str],
-                           line_of: dict[str, int]) -> list[uuid.UUID]:
-    """``on_conflict=update``: replace the editable fields of each existing card whose line
-    differs from it (:func:`_same_card`), keeping its id, origin and source; returns the ids
-    updated (each at revision + 1).
-
-    :raises InvalidInput: a line's family is not its card's (a family cannot change).
-    """
-    current = await cards.get_many(conn, [refs[k] for k in existing])
-    updated = []
-    for line in items:
-        if line.key not in existing:
-            continue
-        card = current[refs[line.key]]
-        if card.family != line.family:
-            raise InvalidInput(f"line {line_of[line.key]} (key {line.key!r}): its card "
-                               f"{card.id} is a {card.family}; a card's family cannot change")
-        links = [(refs[link.target], link.meaning.strip()) for link in line.links]
-        if _same_card(card, line, set(links)):
-            continue
-        body = CardWrite(family=line.family, title=line.title, content=line.content,
-                         scope=line.scope, concepts=line.concepts,
-                         dependencies=line.dependencies, revision=card.revision)
-        await cards.update(conn, workspace, refs[line.key], body, links)
-        updated.append(refs[line.key])
-    return updated
-
-
 class Archive:
     """The archive's services over one database, queue and (optionally) index and embedder.
 
     Built by :meth:`shared.resources.Resources.archive`. ``index`` and ``embedder`` may be None
     (a writer without an index): card administration works, recall raises
     :class:`IndexUnavailable` / :class:`EmbedderUnavailable`. ``privacy`` filters what recall
-    sends to the embedder and the index. ``workflow`` and ``schema_changes`` are the session
-    workflow and the schema-change cleanup over the same database and queue. ``metrics``: where
-    recall observes its stages (default: a registry of this archive's own).
+    sends to the embedder and the index. ``workflow``, ``schema_changes`` and ``transfer`` are
+    the session workflow, the schema-change cleanup and the cards-file import and export over
+    the same database and queue. ``metrics``: where recall observes its stages (default: a
+    registry of this archive's own).
     """
 
     def __init__(self, settings: Settings, db: Database, queue: ProjectionQueue,
@@ -189,6 +82,7 @@ class Archive:
         self._metrics_outage = OutageLog(log, "metrics read the projection queue again")
         self.workflow = Workflow(db, queue)
         self.schema_changes = SchemaChanges(db, queue)
+        self.transfer = Transfer(db, queue)
 
     # ---- helpers ----
 
@@ -485,125 +379,6 @@ class Archive:
             return None
         self._metrics_outage.succeeded()
         return figures
-
-    # ---- bulk import and export ----
-
-    @audited("import")
-    async def import_cards(self, principal: Principal, workspace: str,
-                           lines: Iterable[ImportCard],
-                           on_conflict: models.OnConflict = "skip") -> ImportResult:
-        """Import a cards file in one transaction (all or nothing), through the same validation
-        as the API; idempotent by key.
-
-        A line whose key is already a card's key in the workspace (its import key, or
-        ``mem-<id>`` for a card without one: migration 011) is that card: with ``on_conflict``
-        ``skip`` it is left alone, with ``update`` its title, content, scope, concepts,
-        dependencies and links are replaced when one of them differs (same id, revision + 1,
-        origin and source kept, a projection queued) and it is left alone otherwise. Any other
-        line creates a card (origin: the line's, default ``import``) that remembers its key,
-        unless it adopts a card imported before import keys existed (:func:`_adopt_unkeyed`). So
-        importing one file twice changes nothing. A link target is a key of this file, else the
-        key of a card of the workspace, else the id of one. A key that is a card id in another
-        spelling is read as ``mem-<uuid>`` (as links are).
-
-        :raises InvalidInput: no lines (``no cards``), a line is invalid (its number and key
-            are named), a blank key (whitespace only) or one with leading or trailing
-            whitespace (``field`` ``key``, ``line``: it is refused, never trimmed), duplicate keys,
-            a link to no card of the file or the workspace, a link to itself, a line whose
-            card is of another family (with either ``on_conflict``), more than 20,000 cards,
-            another ``on_conflict``.
-        """
-        principal.require(workspace, "memory.manage")
-        if on_conflict not in models.ON_CONFLICT:
-            raise InvalidInput(f"on_conflict must be one of {', '.join(models.ON_CONFLICT)}, "
-                               f"not {on_conflict!r}", field="on_conflict")
-        items = list(lines)
-        if not items:  # a 201 that created nothing would hide a truncated or wrong file
-            raise InvalidInput("no cards: the import holds no card lines (a cards file has one "
-                               "JSON object per line)")
-        if len(items) > MAX_IMPORT_CARDS:
-            raise InvalidInput(f"an import holds at most {MAX_IMPORT_CARDS} cards")
-        line_of: dict[str, int] = {}
-        for n, card in enumerate(items, start=1):
-            try:
-                validate_card_write(card)
-            except InvalidInput as exc:
-                raise InvalidInput(f"line {n} (key {card.key!r}): {exc.message}") from exc
-            if not card.key.strip():  # it could be named by no link, nor told from another
-                raise InvalidInput(f"line {n}: the key is blank (a key names its card in "
-                                   "links and in later imports: give it visible characters)")
-            if card.key != card.key.strip():  # " k1" and "k1" would be two keys that read alike
-                raise InvalidInput(f"line {n}: key {card.key!r} has leading or trailing "
-                                   "whitespace (a key is matched exactly: remove it)",
-                                   field="key", line=n)
-            card.key = models.normalize_card_ref(card.key)  # the spelling links use
-            if card.key in line_of:
-                raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
-            line_of[card.key] = n
-        async with self.db.transaction(workspace, lock="exclusive") as conn:
-            await workspaces.get(conn, workspace)
-            refs, existing = await _import_refs(conn, items, line_of)
-            family_of = await cards.families(conn, [refs[k] for k in existing])
-            for line in items:  # whatever on_conflict says: a skipped line is no other card
-                if line.key in existing and family_of[refs[line.key]] != line.family:
-                    raise InvalidInput(
-                        f"line {line_of[line.key]} (key {line.key!r}): its card "
-                        f"{card_id_str(refs[line.key])} is a {family_of[refs[line.key]]}; a "
-                        "card's family cannot change", line=line_of[line.key])
-            new = [c for c in items if c.key not in existing]
-            await cards.insert_imported(conn, workspace, new, refs)
-            updated = (await _update_imported(conn, workspace, items, refs, existing, line_of)
-                       if on_conflict == "update" else [])
-            written = [refs[c.key] for c in new] + updated
-            op_ids = await outbox.insert_upserts(conn, workspace, written) if written else []
-            left = len(existing) - len(updated)
-            result = ImportResult(
-                created=len(new), by_family=dict(sorted(Counter(c.family for c in new).items())),
-                enqueued=True, updated=len(updated),
-                unchanged=left if on_conflict == "update" else 0,
-                skipped=left if on_conflict == "skip" else 0)
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="import",
-                                      outcome="ok", detail={
-                                          "cards": len(items), "created": result.created,
-                                          "updated": result.updated,
-                                          "unchanged": result.unchanged,
-                                          "skipped": result.skipped, "on_conflict": on_conflict})
-        # One job per projection batch: each job leases a batch of open operations itself, and
-        # the sweep re-offers any operation whose job was lost.
-        result.enqueued = await self.queue.enqueue(workspace, op_ids[::BATCH_SIZE])
-        return result
-
-    async def export_cards(self, principal: Principal, workspace: str,
-                           families: Iterable[str] = ()) -> AsyncIterator[ImportCard]:
-        """The workspace's cards (of ``families``; none given: all four) as cards-file lines,
-        which :meth:`import_cards` reads: each card under its key (its import key, else
-        ``mem-<id>``) with title, content, scope, concepts, dependencies, outgoing links by
-        their targets' keys, origin and source; no ids, revisions, vectors or index state. In
-        key order (byte order), so two workspaces holding the same cards export the same lines.
-
-        Checks the principal, the families and the workspace when awaited; the iterator then
-        streams the cards from one read-only transaction through a server-side cursor (one
-        snapshot, a page of cards in memory at a time), holding a pooled connection until it is
-        exhausted or closed. A family-filtered export keeps the links to cards of other
-        families: an import resolves them where those cards are in the workspace already.
-
-        :raises InvalidInput: an unknown family. :raises Forbidden / NotFound: principal,
-            workspace.
-        """
-        principal.require(workspace, "memory.manage")
-        chosen = list(dict.fromkeys(families)) or list(models.FAMILIES)
-        unknown = [f for f in chosen if f not in models.FAMILIES]
-        if unknown:
-            raise InvalidInput(f"unknown family {unknown[0]!r} (families: "
-                               f"{', '.join(models.FAMILIES)})", field="family")
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            await workspaces.get(conn, workspace)
-        return self._export_stream(workspace, chosen)
-
-    async def _export_stream(self, workspace: str, families: list[str]) -> AsyncIterator[ImportCard]:
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            async for line in cards.export_lines(conn, families):
-                yield line
 
     # ---- status ----
 

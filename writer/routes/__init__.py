@@ -6,7 +6,8 @@ Every archive route sits under one :class:`~litestar.Router`, :func:`workspace_r
 carries what they all need once: the path ``/api/workspaces/{workspace_id}``, the guards
 (:func:`~writer.auth.authorize`, then :func:`~writer.auth.reject_unknown_query`), the bearer
 security requirement and the dependencies (``archive``, ``workflow``, ``schema_changes``,
-``principal``). Each controller names its area's path, tag and permission (``opt["permission"]``).
+``transfer``, ``principal``). Each controller names its area's path, tag and permission
+(``opt["permission"]``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from shared.archive.cards import Archive
+from shared.archive.transfer import Transfer
 from shared.workflow.schema_changes import SchemaChanges
 from shared.workflow.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
@@ -36,6 +38,11 @@ async def provide_workflow(state: State) -> Workflow:
     return state.archive.workflow
 
 
+async def provide_transfer(state: State) -> Transfer:
+    """The cards-file import and export of the process's archive (``Resources.archive()``)."""
+    return state.archive.transfer
+
+
 async def provide_schema_changes(state: State) -> SchemaChanges:
     """The schema-change cleanup of the process's archive (``Resources.archive()``)."""
     return state.archive.schema_changes
@@ -52,5 +59,6 @@ def workspace_router() -> Router:
         dependencies={"archive": Provide(provide_archive),
                       "workflow": Provide(provide_workflow),
                       "schema_changes": Provide(provide_schema_changes),
+                      "transfer": Provide(provide_transfer),
                       "principal": Provide(provide_principal)},
     )

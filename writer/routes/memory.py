@@ -24,6 +24,7 @@ from shared.archive.responses import (ActivityPage, AuditReport, CardDetail, Car
                                       DeleteResult, ImportResult, PendingPage, QueuedRebuild,
                                       RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
                                       WriteResult)
+from shared.archive.transfer import Transfer
 from shared.auth import Principal
 from shared.cards_file import decode_cards
 from shared.errors import BadRequest, UnsupportedEncoding
@@ -231,7 +232,8 @@ class MemoryController(Controller):
     @post("/import", responses=IMPORT_PROBLEM_RESPONSES,
           summary="Import a cards file (JSON Lines)", status_code=201,
           request_max_body_size=MAX_IMPORT_BYTES, opt={"activity": "import"})
-    async def import_cards(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal], request: Request,
+    async def import_cards(self, transfer: NamedDependency[Transfer],
+                           principal: NamedDependency[Principal], request: Request,
                            workspace_id: FromPath[WorkspaceId],
                            on_conflict: FromQuery[Annotated[models.OnConflict, Parameter(
                                description="a line whose key is already a card's: skip it, or "
@@ -248,12 +250,12 @@ class MemoryController(Controller):
         most 4 × the body limit), 415 another content encoding."""
         raw = _decode_body(await request.body(), request.headers.get("content-encoding", ""))
         cards = decode_cards(raw.splitlines())
-        return await archive.import_cards(principal, workspace_id, cards, on_conflict)
+        return await transfer.import_cards(principal, workspace_id, cards, on_conflict)
 
     @get("/export", responses=PROBLEM_RESPONSES, summary="Export the cards file (JSON Lines)",
          media_type=NDJSON)
     async def export_cards(
-        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+        self, transfer: NamedDependency[Transfer], principal: NamedDependency[Principal],
         workspace_id: FromPath[WorkspaceId],
         family: FromQuery[list[models.Family] | None] = None,
     ) -> Stream:
@@ -265,7 +267,7 @@ class MemoryController(Controller):
         cut short (PostgreSQL lost mid-way) ends without its last chunk, which HTTP clients
         report as an incomplete body. Errors (before the first byte): 400 an unknown family,
         401, 403, 404, 503 ``database_unavailable``."""
-        lines = await archive.export_cards(principal, workspace_id, family or ())
+        lines = await transfer.export_cards(principal, workspace_id, family or ())
         first = await anext(lines, None)  # PostgreSQL errors become a problem, not a cut stream
         return Stream(_ndjson(first, lines), media_type=NDJSON)
 
