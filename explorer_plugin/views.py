@@ -17,12 +17,11 @@ from datasette import Response
 from shared.archive import browsing as browse
 from shared.auth import Principal
 from shared.errors import Forbidden, IndexUnavailable, InvalidInput, Unavailable
-from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, ORIGINS, Card, RecallResponse,
-                           SearchRequest)
+from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MODES, ORIGINS, Card,
+                           RecallResponse, SearchRequest)
 
 from . import access, export, paging, params, render, resources, urls
 
-RECALL_MODES = ("search", "rules", "solved")
 
 _WS = r"(?P<workspace>[^/.]+)"
 
@@ -207,7 +206,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
     query = form["q"]
     available = resources.search_archive(datasette) is not None
     context: dict[str, Any] = {
-        "workspace": workspace, "form": form, "modes": RECALL_MODES,
+        "workspace": workspace, "form": form, "modes": MODES,
         "families": FAMILIES,
         "index_available": available, "index_message": resources.INDEX_NOT_AVAILABLE,
         "response": None, "error": None,

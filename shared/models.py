@@ -51,6 +51,7 @@ FAMILIES: tuple[str, ...] = get_args(Family)
 Origin = Literal["manual", "workflow", "import"]
 ORIGINS: tuple[str, ...] = get_args(Origin)
 Mode = Literal["search", "rules", "solved"]
+MODES: tuple[str, ...] = get_args(Mode)
 #: What an import does with a line whose key is already a card's key in the workspace.
 OnConflict = Literal["skip", "update"]
 ON_CONFLICT: tuple[str, ...] = get_args(OnConflict)

@@ -26,9 +26,10 @@ import msgspec
 from shared import models
 from shared.archive.activity import audited
 from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
-                                      CardPage, DeleteResult, DependencyStatus, PendingPage,
-                                      QueuedRebuild, RecallResponse, Rebuild, RetryResult,
-                                      WorkspaceStatus, WriteResult)
+                                      CardPage, DeleteResult, DependencyStatus, OpenOperation,
+                                      PendingOperation, PendingPage, QueuedRebuild,
+                                      RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
+                                      WriteResult)
 from shared.auth import Principal
 from shared.config import Settings
 from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
@@ -200,7 +201,8 @@ class Archive:
             card = await cards.get(conn, card_uuid)
             incoming = await cards.incoming_links(conn, card_uuid)
             ops = await outbox.pending_for_card(conn, card_uuid)
-        return CardDetail(card=card, incoming_links=incoming, open_operations=ops)
+        return CardDetail(card=card, incoming_links=incoming,
+                          open_operations=msgspec.convert(ops, list[OpenOperation]))
 
     async def list_cards(self, principal: Principal, workspace: str, query: ListQuery) -> CardPage:
         """A page of cards (``updated_at desc, id``) with the total count.
@@ -221,7 +223,7 @@ class Archive:
             raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
         async with self.db.transaction(workspace, read_only=True) as conn:
             rows, total = await outbox.pending(conn, limit, offset)
-        return PendingPage(operations=rows, total=total)
+        return PendingPage(operations=msgspec.convert(rows, list[PendingOperation]), total=total)
 
     @audited("retry")
     async def retry(self, principal: Principal, workspace: str, card_id: str) -> RetryResult:

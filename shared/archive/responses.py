@@ -19,8 +19,9 @@ from shared.models import Card, IncomingLink, IndexStatus, RecallResponse
 from shared.projection.reconciliation import AuditReport
 
 __all__ = ["ActivityEntry", "ActivityPage", "AuditReport", "CardDetail", "CardPage",
-           "DeleteResult", "DependencyStatus", "ImportResult", "PendingPage", "QueuedRebuild",
-           "RecallResponse", "Rebuild", "RetryResult", "WorkspaceStatus", "WriteResult"]
+           "DeleteResult", "DependencyStatus", "ImportResult", "OpenOperation",
+           "PendingOperation", "PendingPage", "QueuedRebuild", "RecallResponse", "Rebuild",
+           "RetryResult", "WorkspaceStatus", "WriteResult"]
 
 
 class WriteResult(msgspec.Struct):
@@ -37,12 +38,45 @@ class DeleteResult(msgspec.Struct):
     index_status: Literal["current", "pending"]
 
 
+class OpenOperation(msgspec.Struct):
+    """An incomplete projection operation of a card: an ``upsert`` of a ``revision`` or a
+    ``delete`` (no revision), its status, attempts and last error, and its age."""
+
+    id: int
+    op: Literal["upsert", "delete"]
+    revision: int | None
+    status: Literal["pending", "running", "failed"]
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+    age_seconds: float
+
+
+class PendingOperation(msgspec.Struct):
+    """An incomplete projection operation of the workspace (:class:`OpenOperation`, with its
+    card's id, its lease and last update, and the card's title: None once the card is
+    deleted)."""
+
+    id: int
+    card_id: str
+    op: Literal["upsert", "delete"]
+    revision: int | None
+    status: Literal["pending", "running", "failed"]
+    attempts: int
+    last_error: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    age_seconds: float
+    title: str | None
+
+
 class CardDetail(msgspec.Struct):
     """A card with its incoming links and projection detail (show)."""
 
     card: Card
     incoming_links: list[IncomingLink]
-    open_operations: list[dict[str, Any]]
+    open_operations: list[OpenOperation]
 
 
 class CardPage(msgspec.Struct):
@@ -57,7 +91,7 @@ class CardPage(msgspec.Struct):
 class PendingPage(msgspec.Struct):
     """Incomplete projection operations."""
 
-    operations: list[dict[str, Any]]
+    operations: list[PendingOperation]
     total: int
 
 

@@ -2,7 +2,8 @@
 administration (``memory.manage``: list, show, create, update, delete, pending, retry, index,
 audit, activity, import and export) and recall (``memory.read``: search, status).
 
-Handlers parse, call :class:`shared.archive.cards.Archive`, return; the workspace router
+Handlers parse, call :class:`shared.archive.cards.Archive` (import and export:
+:class:`shared.archive.transfer.Transfer`), return; the workspace router
 (:func:`writer.routes.workspace_router`) gives them their guards, security and dependencies.
 """
 
