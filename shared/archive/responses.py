@@ -38,14 +38,19 @@ class DeleteResult(msgspec.Struct):
     index_status: Literal["current", "pending"]
 
 
+#: What a projection operation does, and the statuses of one not done yet.
+OperationKind = Literal["upsert", "delete"]
+OpenStatus = Literal["pending", "running", "failed"]
+
+
 class OpenOperation(msgspec.Struct):
     """An incomplete projection operation of a card: an ``upsert`` of a ``revision`` or a
     ``delete`` (no revision), its status, attempts and last error, and its age."""
 
     id: int
-    op: Literal["upsert", "delete"]
+    op: OperationKind
     revision: int | None
-    status: Literal["pending", "running", "failed"]
+    status: OpenStatus
     attempts: int
     last_error: str | None
     created_at: datetime
@@ -59,9 +64,9 @@ class PendingOperation(msgspec.Struct):
 
     id: int
     card_id: str
-    op: Literal["upsert", "delete"]
+    op: OperationKind
     revision: int | None
-    status: Literal["pending", "running", "failed"]
+    status: OpenStatus
     attempts: int
     last_error: str | None
     lease_expires_at: datetime | None
