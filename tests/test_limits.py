@@ -23,7 +23,9 @@ from helpers import archive_row_counts, row_changes, start_server, stop_server
 from shared import models
 from shared.archive.authentication import FailedAuthLog
 from shared.archive.transfer import MAX_IMPORT_CARDS
+from shared.config import Settings
 from writer.app import create_app
+from writer.auth import query_parameters, reject_unknown_query
 from writer.routes.memory import MAX_IMPORT_BYTES
 
 BASE = "/api/workspaces/acme/memory"
@@ -103,6 +105,26 @@ async def test_an_unknown_query_parameter_is_refused_not_ignored(make_env):
         # without a valid token the caller learns nothing about parameters: 401 first
         r = await env.client.get(BASE, params={"famly": "x"})
         assert r.status_code == 401
+
+
+def test_the_unknown_query_guard_takes_what_the_openapi_document_lists():
+    """``reject_unknown_query`` lets through, on every route it guards, exactly the query
+    parameters the OpenAPI document lists for that route: both are read from the handler."""
+    app = create_app(Settings())
+    doc = app.openapi_schema.to_schema()
+    guarded = 0
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            guards = handler.resolve_guards()
+            if not handler.include_in_schema or reject_unknown_query not in guards:
+                continue
+            taken = query_parameters(handler, frozenset(route.path_parameters))
+            for method in handler.http_methods:
+                operation = doc["paths"][route.path_format][method.lower()]
+                listed = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"}
+                assert taken == listed, (method, route.path_format)
+                guarded += 1
+    assert guarded >= 24
 
 
 async def test_every_limit_is_a_4xx_naming_it_and_writes_nothing(make_env, subtests):

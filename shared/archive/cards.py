@@ -27,7 +27,7 @@ from shared import models
 from shared.archive.activity import audited
 from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
                                       CardPage, DeleteResult, DependencyStatus, OpenOperation,
-                                      PendingOperation, PendingPage, QueuedRebuild,
+                                      PendingOperation, PendingPage, QueuedRebuild, Readiness,
                                       RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
                                       WriteResult)
 from shared.auth import Principal
@@ -394,7 +394,25 @@ class Archive:
             families = await cards.family_counts(conn)
             counts = await outbox.projection_counts(conn)
             _, open_ops = await outbox.pending(conn, 1, 0)
-        queue = "up" if await self.queue.reachable() else "down"
         return WorkspaceStatus(workspace=workspace, by_family=families, cards=counts["cards"],
                                current=counts["current"], open_operations=open_ops,
-                               dependencies=DependencyStatus(database="up", queue=queue))
+                               dependencies=await self._dependencies())
+
+    async def readiness(self) -> Readiness:
+        """Whether this process can serve (``GET /readyz``): ``ready`` when PostgreSQL answers
+        with the expected schema and Redis (the projection queue) answers, ``degraded`` while
+        Redis is unreachable (saves still commit, their projection waits). No principal: it
+        says nothing of any workspace.
+
+        :raises DatabaseUnavailable / SchemaOutdated / PoolExhausted: PostgreSQL is down, not
+            migrated, or no pooled connection came free in time.
+        """
+        await self.db.check_schema()
+        dependencies = await self._dependencies()
+        return Readiness(status="ready" if dependencies.queue == "up" else "degraded",
+                         dependencies=dependencies)
+
+    async def _dependencies(self) -> DependencyStatus:
+        """PostgreSQL up (the caller has just read it) and whether Redis answers."""
+        return DependencyStatus(database="up",
+                                queue="up" if await self.queue.reachable() else "down")

@@ -20,8 +20,8 @@ from shared.projection.reconciliation import AuditReport
 
 __all__ = ["ActivityEntry", "ActivityPage", "AuditReport", "CardDetail", "CardPage",
            "DeleteResult", "DependencyStatus", "ImportResult", "OpenOperation",
-           "PendingOperation", "PendingPage", "QueuedRebuild", "RecallResponse", "Rebuild",
-           "RetryResult", "WorkspaceStatus", "WriteResult"]
+           "PendingOperation", "PendingPage", "QueuedRebuild", "Readiness", "RecallResponse",
+           "Rebuild", "RetryResult", "WorkspaceStatus", "WriteResult"]
 
 
 class WriteResult(msgspec.Struct):
@@ -175,6 +175,14 @@ class DependencyStatus(msgspec.Struct):
 
     database: Literal["up"]
     queue: Literal["up", "down"]
+
+
+class Readiness(msgspec.Struct):
+    """Whether the process can serve: ``ready``, or ``degraded`` while the projection queue
+    (Redis) is down (saves still commit, their projection waits)."""
+
+    status: Literal["ready", "degraded"]
+    dependencies: DependencyStatus
 
 
 class WorkspaceStatus(msgspec.Struct):
