@@ -1,7 +1,8 @@
 """The HTTP client of the writer API that the CLI's commands use: ``MEMARC_URL`` (default
-``http://127.0.0.1:8000``) and ``MEMARC_TOKEN``, the API's routes, and its problem details raised
-as :class:`~writer.cli.command.CliError` with the CLI's exit status (2 a 4xx, 3 a 5xx, 4 the writer
-cannot be reached). ``httpx`` is imported when a request is made, not with the command line.
+``http://127.0.0.1:8000``) and ``MEMARC_TOKEN``, the routes of a workspace's cards and of a
+workflow session, and the API's problem details raised as :class:`~writer.cli.command.CliError`
+with the CLI's exit status (2 a 4xx, 3 a 5xx, 4 the writer cannot be reached). ``httpx`` is
+imported when a request is made, not with the command line.
 """
 
 from __future__ import annotations
