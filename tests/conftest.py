@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
+from psycopg import sql
 from helpers import ENGINES, Env, model_env, redis_test_url, with_database
 
 from shared.config import Settings, load_settings
@@ -52,18 +53,24 @@ def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return server.get_uri()
 
 
+def _drop_database(admin_url: str, name: str) -> None:
+    """Drop the database ``name`` (its connections closed first), if it exists."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
 @pytest.fixture(scope="session")
 def template_db(pg_admin_url: str) -> str:
     """A migrated template database, created once per session."""
     name = f"memarc_tpl_{os.getpid()}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = with_database(pg_admin_url, name)
     migrate(url, "memory", runtime_login=urlsplit(url).username or None)
     yield name
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop_database(pg_admin_url, name)
 
 
 _db_counter = itertools.count()
@@ -74,10 +81,10 @@ def fresh_db(pg_admin_url: str, template_db: str) -> str:
     """URL of a fresh migrated database (cloned from the template), dropped after the test."""
     name = f"memarc_t_{os.getpid()}_{next(_db_counter)}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template_db)))
     yield with_database(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop_database(pg_admin_url, name)
 
 
 @pytest.fixture
@@ -85,10 +92,9 @@ def empty_db(pg_admin_url: str) -> str:
     """URL of a fresh, unmigrated database."""
     name = f"memarc_e_{os.getpid()}_{next(_db_counter)}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     yield with_database(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop_database(pg_admin_url, name)
 
 
 def pytest_configure(config: pytest.Config) -> None:

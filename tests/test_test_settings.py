@@ -74,7 +74,7 @@ def test_pytest_refuses_two_different_databases_before_any_test_runs():
     env = {**os.environ, "MEMARC_TEST_REDIS_URL": "redis://127.0.0.1:6379/15",
            "MEMARC_TEST_REDIS_DB": "13"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--collect-only", "tests/test_layers.py"], cwd=ROOT, env=env,
+                           "--collect-only", "tests/unit/test_layers.py"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
     assert "name different Redis databases (13, 15)" in proc.stderr, proc.stderr

@@ -1,12 +1,12 @@
 """Commands that are clients of the writer API: cards, recall, rebuilds and workflow sessions.
 
-They use ``MEMARC_URL`` (default ``http://127.0.0.1:8000``) and ``MEMARC_TOKEN``, so they work
-while ``memarc up`` holds the embedded index. The workflow's calls (``search``, ``rules``,
-``solved-search``, ``propose``) are bound to the workflow's database and schema (DESIGN §5):
-``--database`` / ``--schema``, else ``MEMARC_WORKFLOW_DATABASE`` / ``MEMARC_WORKFLOW_SCHEMA``
-(:func:`workflow_binding`), which fill the physical context a filter or a dependency leaves out. A command that is one API call as parsed (method,
-path, query parameters, a JSON body from ``--data``) is a row of :data:`API_CALLS`; the others
-have a handler of their own.
+They call the API through :class:`~writer.cli.client.ApiClient` (``MEMARC_URL``, default
+``http://127.0.0.1:8000``, and ``MEMARC_TOKEN``), so they work while ``memarc up`` holds the
+embedded index. The workflow's calls (``search``, ``rules``, ``solved-search``, ``propose``) are
+bound to the workflow's database and schema (DESIGN §5, :mod:`writer.cli.binding`), which fill the
+physical context a filter or a dependency leaves out. A command that is one API call as parsed
+(method, path, query parameters, a JSON body from ``--data``) is a row of :data:`API_CALLS`; the
+others have a handler of their own.
 """
 
 from __future__ import annotations
@@ -15,172 +15,25 @@ import argparse
 import functools
 import gzip
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from shared.models import ON_CONFLICT, SORTS
-from writer.cli.command import CliError, add_command, read_json_file
-
-
-class ApiClient:
-    """Minimal client of the writer API for the card commands."""
-
-    def __init__(self, url: str | None = None, token: str | None = None) -> None:
-        """``url`` defaults to ``MEMARC_URL`` (else ``http://127.0.0.1:8000``), ``token`` to
-        ``MEMARC_TOKEN``.
-
-        :raises CliError: ``no_token``, no token given or set; ``bad_url`` (status 2), a URL
-            that is not ``http(s)://host[:port]`` (a configuration error, not an unreachable
-            writer).
-        """
-        from urllib.parse import urlsplit
-
-        self.url = (url or os.environ.get("MEMARC_URL") or "http://127.0.0.1:8000").rstrip("/")
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise CliError({"error": f"the writer URL {self.url!r} is not an http(s)://host[:port] "
-                                     "URL (MEMARC_URL)", "code": "bad_url"})
-        token = token or os.environ.get("MEMARC_TOKEN")
-        if not token:
-            raise CliError({"error": "set MEMARC_TOKEN (from `memarc token create`)",
-                            "code": "no_token"})
-        self.headers = {"Authorization": f"Bearer {token}"}
-
-    def call(self, method: str, path: str, **kw: Any) -> Any:
-        """The decoded JSON answer of one request (``kw`` as :meth:`httpx.Client.request` takes
-        them; 120 s timeout).
-
-        :raises CliError: the API's problem details with status 2 (a 4xx) or 3 (a 5xx);
-            ``writer_unreachable`` with status 4 when the writer cannot be reached.
-        """
-        import httpx
-
-        try:
-            with httpx.Client(base_url=self.url, timeout=120, headers=self.headers) as http:
-                r = http.request(method, path, **kw)
-        except httpx.TransportError as exc:
-            raise CliError({"error": f"cannot reach the writer at {self.url}: {exc}",
-                            "code": "writer_unreachable"}, 4) from exc
-        if r.status_code >= 400:
-            self.raise_for_problem(r)
-        try:
-            return r.json()
-        except ValueError:
-            return {"detail": r.text}
-
-    @staticmethod
-    def raise_for_problem(r: Any) -> None:
-        """Raise the problem details of an error answer (read already).
-
-        :raises CliError: the decoded body with status 2 (a 4xx) or 3 (a 5xx).
-        """
-        try:
-            body = r.json()
-        except ValueError:
-            body = {"detail": r.text}
-        raise CliError(body if isinstance(body, dict) else {"detail": body},
-                       3 if r.status_code >= 500 else 2)
-
-
-def _mem(ws: str) -> str:
-    return f"/api/workspaces/{ws}/memory"
-
-
-def _session(ws: str, session: str) -> str:
-    """The routes of one workflow session.
-
-    :raises CliError: ``bad_input``, the session id is blank (it would name no route: a bare
-        404) or contains ``/``.
-    """
-    if not session.strip():
-        raise CliError({"error": "a session id is 1..200 characters, not blank",
-                        "code": "bad_input"})
-    if "/" in session:
-        raise CliError({"error": "a session id cannot contain '/'", "code": "bad_input"})
-    return f"/api/workspaces/{ws}/sessions/{quote(session, safe='')}"
+from writer.cli.binding import WORKFLOW_BINDING, bind_context, workflow_binding
+from writer.cli.client import ApiClient, memory_path, session_path
+from writer.cli.command import (Argument, CliError, add_arguments, add_command, arg,
+                                read_json_file)
 
 
 # ---- commands that are one API call ----
-
-#: An argument of a command: the flags and the keyword arguments of ``add_argument``.
-Argument = tuple[tuple[str, ...], dict[str, Any]]
-
-
-def arg(*flags: str, **kwargs: Any) -> Argument:
-    """An :data:`Argument` written as a call of ``add_argument``."""
-    return flags, kwargs
-
-
-def add_arguments(parser: argparse.ArgumentParser, *arguments: Argument) -> None:
-    """Add each of ``arguments`` to ``parser``, in order."""
-    for flags, kwargs in arguments:
-        parser.add_argument(*flags, **kwargs)
-
 
 CARD_ID = arg("card_id", help="card id mem-<UUID>")
 CARD_DATA = arg("--data", required=True, help="JSON file with the card ('-' = stdin)")
 WAIT = arg("--wait", type=float, help="seconds (≤ 30) to wait for the projection")
 SESSION = arg("--session", required=True, help="session id of the caller's workflow")
-
-#: The environment that binds the workflow's calls to a database and schema (DESIGN §5).
-WORKFLOW_DATABASE_ENV = "MEMARC_WORKFLOW_DATABASE"
-WORKFLOW_SCHEMA_ENV = "MEMARC_WORKFLOW_SCHEMA"
-WORKFLOW_BINDING = (
-    arg("--database", help=f"the workflow's database (default ${WORKFLOW_DATABASE_ENV}): "
-                           "filters and dependencies that name none get it"),
-    arg("--schema", help=f"the workflow's schema (default ${WORKFLOW_SCHEMA_ENV}), with "
-                         "--database"),
-)
-
-
-def workflow_binding(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The database and schema the workflow's calls are bound to: ``--database`` / ``--schema``,
-    else ``MEMARC_WORKFLOW_DATABASE`` / ``MEMARC_WORKFLOW_SCHEMA`` (empty: unset).
-
-    :raises CliError: ``bad_input``, a schema without a database.
-    """
-    database = getattr(args, "database", None) or os.environ.get(WORKFLOW_DATABASE_ENV) or None
-    schema = getattr(args, "schema", None) or os.environ.get(WORKFLOW_SCHEMA_ENV) or None
-    if schema is not None and database is None:
-        raise CliError({"error": f"a workflow schema needs its database (--database or "
-                                 f"{WORKFLOW_DATABASE_ENV})", "code": "bad_input"})
-    return database, schema
-
-
-def bind_context(context: Any, binding: tuple[str | None, str | None], where: str, *,
-                 fill_schema: bool) -> Any:
-    """A physical context (a filter or a dependency entry: ``{database?, schema?, table?,
-    column?}``) inside the workflow's ``binding``: a database it leaves out is the binding's;
-    so is its schema when ``fill_schema`` (a filter always; a dependency only when it named no
-    database either: ``{"database": D}`` alone is a database-wide dependency, kept as written).
-    Anything but an object is returned unchanged (the API names what is wrong with it).
-
-    :raises CliError: ``outside_binding``, the context names another database or schema than
-        the binding's (as a token bound to them answers 403).
-    """
-    database, schema = binding
-    if database is None or not isinstance(context, dict):
-        return context
-    out = dict(context)
-    named_database = out.get("database") is not None
-    for level, bound, fill in (("database", database, True), ("schema", schema, fill_schema)):
-        have = out.get(level)
-        if bound is None:
-            continue
-        if have is None:
-            if fill or not named_database:
-                out[level] = bound
-        elif have != bound:
-            raise CliError({"error": f"{where} names {level} {have!r}, but this workflow is bound "
-                                     f"to {level} {bound!r} (--{level} or "
-                                     f"MEMARC_WORKFLOW_{level.upper()})",
-                            "code": "outside_binding"})
-    return out
 
 #: Fields of a card as `memarc show` prints it that an update does not send (set by the archive).
 READ_ONLY_CARD_FIELDS = ("id", "workspace", "origin", "source", "created_at", "updated_at",
@@ -239,9 +92,9 @@ class ApiCall:
 
     def __call__(self, args: argparse.Namespace) -> Any:
         api = ApiClient()
-        fields = {**vars(args), "memory": _mem(args.workspace)}
+        fields = {**vars(args), "memory": memory_path(args.workspace)}
         if "session" in fields:
-            fields["session"] = _session(args.workspace, args.session)
+            fields["session"] = session_path(args.workspace, args.session)
         kw: dict[str, Any] = {}
         params = {name: getattr(args, name) for name in self.query
                   if getattr(args, name) is not None}
@@ -312,7 +165,7 @@ def list_command(args: argparse.Namespace) -> Any:
                 "sort") if getattr(args, name)]
     if args.desc:
         params.append(("desc", "true"))
-    return api.call("GET", _mem(args.workspace), params=params)
+    return api.call("GET", memory_path(args.workspace), params=params)
 
 
 def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -378,7 +231,7 @@ def delete_command(args: argparse.Namespace) -> Any:
     if not args.yes:
         raise CliError({"error": "delete removes the card and every link into or out of it; "
                                  "repeat with --yes", "code": "confirmation_required"})
-    return api.call("DELETE", f"{_mem(args.workspace)}/{args.card_id}")
+    return api.call("DELETE", f"{memory_path(args.workspace)}/{args.card_id}")
 
 
 def configure_delete_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -392,7 +245,7 @@ def activity_command(args: argparse.Namespace) -> Any:
     api = ApiClient()
     params = {k: v for k, v in (("verb", args.verb), ("card_id", args.card),
                                 ("outcome", args.outcome), ("limit", args.limit)) if v}
-    return api.call("GET", f"{_mem(args.workspace)}/activity", params=params)
+    return api.call("GET", f"{memory_path(args.workspace)}/activity", params=params)
 
 
 def configure_activity_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -409,8 +262,8 @@ def audit_command(args: argparse.Namespace) -> Any:
     """The audit report (``GET …/audit``), or with ``--repair`` the queued fixes."""
     api = ApiClient()
     if args.repair:
-        return api.call("POST", f"{_mem(args.workspace)}/audit/repair")
-    return api.call("GET", f"{_mem(args.workspace)}/audit")
+        return api.call("POST", f"{memory_path(args.workspace)}/audit/repair")
+    return api.call("GET", f"{memory_path(args.workspace)}/audit")
 
 
 def configure_audit_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -429,13 +282,13 @@ def index_command(args: argparse.Namespace) -> Any:
     import time
 
     api, ws = ApiClient(), args.workspace
-    row = api.call("POST", f"{_mem(ws)}/index")
+    row = api.call("POST", f"{memory_path(ws)}/index")
     if args.no_wait:
         return row
     tty = sys.stderr.isatty()
     while row["status"] in ("queued", "running"):
         time.sleep(1.0)
-        row = api.call("GET", f"{_mem(ws)}/index/{row['id']}")
+        row = api.call("GET", f"{memory_path(ws)}/index/{row['id']}")
         if tty and row.get("total"):
             done, total = row["done"], row["total"]
             filled = int(30 * done / max(total, 1))
@@ -470,7 +323,7 @@ def import_command(args: argparse.Namespace) -> Any:
         raise CliError({"error": f"cannot read {path}: {exc}", "code": "bad_input"}) from exc
     if not raw[:2] == b"\x1f\x8b":
         raw = gzip.compress(raw)
-    return api.call("POST", f"{_mem(args.workspace)}/import", content=raw,
+    return api.call("POST", f"{memory_path(args.workspace)}/import", content=raw,
                     params={"on_conflict": args.on_conflict},
                     headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
 
@@ -501,11 +354,7 @@ def export_command(args: argparse.Namespace) -> Any:
     partial = output.with_name(f".{output.name}.partial") if output else None
     lines = 0
     try:
-        with httpx.Client(base_url=api.url, timeout=120, headers=api.headers) as http, \
-                http.stream("GET", f"{_mem(args.workspace)}/export", params=params) as r:
-            if r.status_code >= 400:
-                r.read()
-                api.raise_for_problem(r)
+        with api.stream("GET", f"{memory_path(args.workspace)}/export", params=params) as r:
             sink = _export_sink(partial)
             try:
                 for chunk in r.iter_bytes():
@@ -582,7 +431,7 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
         body["exclude"] = args.exclude
     if args.session is not None:  # an empty one is sent, and refused: never recall outside it
         body["session"] = args.session
-    return ApiClient().call("POST", _mem(args.workspace) + "/search", json=body)
+    return ApiClient().call("POST", memory_path(args.workspace) + "/search", json=body)
 
 
 #: The recall commands: name, help and the API's recall mode.
@@ -614,13 +463,13 @@ def decide_command(args: argparse.Namespace) -> Any:
     ``{session_id, decisions, counts}``."""
     decision = "accepted" if args.accepted else "rejected"
     body = {"decisions": [{"card_id": c, "decision": decision} for c in args.card_ids]}
-    return ApiClient().call("POST", f"{_session(args.workspace, args.session)}/decisions",
+    return ApiClient().call("POST", f"{session_path(args.workspace, args.session)}/decisions",
                             json=body)
 
 
 def decisions_command(args: argparse.Namespace) -> Any:
     """The cards decided in a session (``GET .../sessions/{s}/decisions``)."""
-    return ApiClient().call("GET", f"{_session(args.workspace, args.session)}/decisions")
+    return ApiClient().call("GET", f"{session_path(args.workspace, args.session)}/decisions")
 
 
 def configure_session_parser(subparsers: argparse._SubParsersAction) -> None:

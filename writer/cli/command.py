@@ -1,4 +1,5 @@
-"""What every command module of the CLI uses: adding a command, its error, JSON in and out."""
+"""What every command module of the CLI uses: adding a command and its arguments, its error,
+JSON in and out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,20 @@ from typing import Any
 
 #: A command's handler: the parsed arguments in, the JSON-able result out (``None``: print nothing).
 Handler = Callable[[argparse.Namespace], Any]
+
+#: An argument of a command: the flags and the keyword arguments of ``add_argument``.
+Argument = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def arg(*flags: str, **kwargs: Any) -> Argument:
+    """An :data:`Argument` written as a call of ``add_argument``."""
+    return flags, kwargs
+
+
+def add_arguments(parser: argparse.ArgumentParser, *arguments: Argument) -> None:
+    """Add each of ``arguments`` to ``parser``, in order."""
+    for flags, kwargs in arguments:
+        parser.add_argument(*flags, **kwargs)
 
 
 class CliError(Exception):

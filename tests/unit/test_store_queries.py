@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "shared" / "store" / "queries.sql"
 STORE = "shared/store/"
 #: the runtime packages, where only the store may run SQL

@@ -18,7 +18,6 @@ from shared.models import PROJECTION_FORMAT
 from shared.recall.eligibility import CandidateRow
 from shared.recall.expansion import (HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS,
                                      expand_links)
-from shared.recall.fusion import rrf_fuse
 
 IDS = [uuid.UUID(int=i + 1) for i in range(400)]
 
@@ -198,11 +197,3 @@ def test_several_paths_never_add_up_and_a_seed_gets_direct_plus_best_linked():
     assert result.contribution[c] == (1 / 61) * 0.5 and result.path[c] == (a, c)
     # b is itself a seed and also reached from a
     assert result.contribution[b] == (1 / 61) * 0.5
-
-
-def test_rrf_fusion_uses_k_60_and_ties_by_id():
-    x, y, z = IDS[:3]
-    fused = dict(rrf_fuse([[x, y], [y, z]]))
-    assert fused[y] == 1 / 62 + 1 / 61
-    assert fused[x] == 1 / 61 and fused[z] == 1 / 62
-    assert [d for d, _ in rrf_fuse([[y], [x]])] == sorted([x, y], key=str)

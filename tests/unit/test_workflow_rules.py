@@ -1,5 +1,6 @@
 """The workflow's rules (DESIGN §6), pure, without a database: what a proposal is, the card it
-would write, its link targets, reuse, and the staleness of an update (``shared.workflow.rules``)."""
+would write, its link targets, reuse, and the staleness of an update (``shared.workflow.rules``).
+The text normaliser that reuse compares content with is tested in ``test_normalise.py``."""
 
 from __future__ import annotations
 
@@ -242,43 +243,6 @@ def test_two_new_cards_that_are_the_same_card_are_refused():
     exc = rules.same_content(("proposals[0]", "a"), ("stored proposal 'b'", "b"))
     assert exc.message == ("stored proposal 'b' (key 'b'): the same card as proposals[0] "
                            "(key 'a'): same family, content, scope, concepts and dependencies")
-
-
-@pytest.mark.parametrize("text, same_as", [
-    ("  Exclude   cancelled\n\torders. ", "Exclude cancelled orders."),  # ends and runs
-    ("Use status = 'Active  '  only", "Use status = 'Active  ' only"),  # a quoted literal
-    ("the customer's   orders", "the customer's orders"),  # an apostrophe opens nothing
-    ("Use `a  b`   here", "Use `a  b` here"),  # a code span
-])
-def test_prose_is_compared_up_to_whitespace_runs_outside_literals_and_code(text, same_as):
-    assert rules.normalised_text(text) == same_as
-
-
-@pytest.mark.parametrize("sql, same_as", [
-    ("SELECT  a,\n  b\tFROM t ", "SELECT a, b FROM t"),
-    ("SELECT 1 WHERE s = 'Ac  tive'", "SELECT 1 WHERE s = 'Ac  tive'"),
-    ("SELECT \"Order  Id\"  FROM t", "SELECT \"Order  Id\" FROM t"),
-    ("SELECT E'it\\'s  x'  AS y", "SELECT E'it\\'s  x' AS y"),
-    ("SELECT $q$ a  b $q$  AS y", "SELECT $q$ a  b $q$ AS y"),
-    ("SELECT 1 -- note  here\n   FROM t", "SELECT 1 -- note  here\nFROM t"),
-    ("SELECT 1 /* a  b */  FROM t", "SELECT 1 /* a  b */ FROM t"),
-    ("SELECT 'it''s  x'  AS y", "SELECT 'it''s  x' AS y"),
-])
-def test_sql_is_compared_as_written_but_for_whitespace_between_tokens(sql, same_as):
-    assert rules.normalised_text(sql, sql=True) == same_as
-
-
-def test_case_is_never_folded_in_sql_or_prose():
-    assert rules.normalised_text("WHERE s = 'Active'", sql=True) != rules.normalised_text(
-        "WHERE s = 'active'", sql=True)
-    assert rules.normalised_text("select 1", sql=True) != rules.normalised_text("SELECT 1",
-                                                                              sql=True)
-    assert rules.normalised_text("A customer") != rules.normalised_text("a customer")
-
-
-def test_a_line_comment_keeps_the_newline_that_ends_it():
-    assert rules.normalised_text("SELECT 1 -- c\nFROM t", sql=True) != rules.normalised_text(
-        "SELECT 1 -- c FROM t", sql=True)
 
 
 def solved_body(**fields) -> CardWrite:
