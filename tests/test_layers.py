@@ -24,6 +24,8 @@ ROOT_MODULES = {
     "shared.metrics": set(),
 }
 BASICS = set(ROOT_MODULES)
+#: root modules of ``shared`` that compose the whole core (the process resources, the arq worker)
+COMPOSITION = ("shared.resources", "shared.worker")
 
 #: layer -> the layers (or single modules) it may import, besides itself and the root modules
 ALLOWED: dict[str, set[str]] = {
@@ -31,18 +33,17 @@ ALLOWED: dict[str, set[str]] = {
     "shared.index": set(),
     "shared.projection": {"shared.store", "shared.index"},
     "shared.recall": {"shared.store", "shared.index"},
-    "shared.workflow": {"shared.store", "shared.projection", "shared.archive.activity"},
+    "shared.workflow": set(),
     "shared.archive": {"shared.store", "shared.index", "shared.projection", "shared.recall",
                        "shared.workflow"},
     "shared.resources": {"shared.store", "shared.index", "shared.projection", "shared.archive"},
+    "shared.worker": {"shared.store", "shared.projection", "shared.resources"},
     "writer": {"shared"},
     "explorer_plugin": {"shared"},
     "tools": set(),
 }
 #: single-module exceptions, each with its reason
 EXCEPTIONS = {
-    # the arq worker runs its jobs over the process resources it is given
-    ("shared.projection.jobs", "shared.resources"),
     # `memarc convert-bird` imports the converter inside its handler, never at import time
     ("writer.cli.dataset_commands", "tools.bird_cards"),
 }
@@ -80,7 +81,7 @@ def _layer(module: str) -> str:
         return module
     parts = module.split(".")
     if parts[0] == "shared" and len(parts) >= 2:
-        return "shared.resources" if parts[1] == "resources" else f"shared.{parts[1]}"
+        return f"shared.{parts[1]}"
     return parts[0]
 
 
@@ -108,7 +109,7 @@ def test_the_layer_map_knows_every_folder_of_shared():
                if p.is_dir() and (p / "__init__.py").exists() and p.name != "data"}
     modules = {f"shared.{p.stem}" for p in (ROOT / "shared").glob("*.py") if p.stem != "__init__"}
     assert folders <= set(ALLOWED)
-    assert modules <= set(ROOT_MODULES) | {"shared.resources"}
+    assert modules <= set(ROOT_MODULES) | set(COMPOSITION)
 
 
 def test_the_rules_reject_an_import_against_the_layers():
@@ -119,4 +120,7 @@ def test_the_rules_reject_an_import_against_the_layers():
     assert not _allowed("shared.recall.verified", "shared.archive.cards")
     assert not _allowed("shared.archive.cards", "writer.app")
     assert not _allowed("shared.store.listing", "explorer_plugin.views")
+    assert not _allowed("shared.workflow.rules", "shared.store.cards")
+    assert not _allowed("shared.projection.queue", "shared.resources")
+    assert not _allowed("shared.resources", "shared.worker")
     assert _allowed("shared.archive.cards", "shared.recall.verified")

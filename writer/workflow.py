@@ -4,7 +4,7 @@ The reviewer gate (issue 16): proposals need ``memory.propose``; review and solv
 ``memory.review``; the summary either one (the proposer checks its batch, the reviewer reads what
 it applies). Recording the cards decided in a session needs ``memory.propose`` (the agent records
 its user's decisions), listing them either one. Physical schema-change cleanup needs ``memory.schema``. Handlers parse, call
-:mod:`shared.workflow.sessions` / :mod:`shared.workflow.schema_changes`, return. Errors are the
+:mod:`shared.archive.sessions` / :mod:`shared.archive.schema_changes`, return. Errors are the
 shared ones, turned into problem details by the app's exception handlers. An idempotent replay
 (a review id or a schema-change run id delivered again) answers the stored result unchanged, with
 the header ``Idempotent-Replayed: true``.
@@ -22,9 +22,9 @@ from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from shared.auth import Principal
 from shared.workflow.requests import (DecideRequest, ProposeRequest, ProposeResult, ReviewReceipt,
                                       ReviewRequest, SessionDecisions, SolvedIndexResult, Summary)
-from shared.workflow.schema_changes import (CleanupRequest, SchemaChangeRequest,
+from shared.archive.schema_changes import (CleanupRequest, SchemaChangeRequest,
                                            SchemaChangeResult, SchemaChanges)
-from shared.workflow.sessions import Workflow
+from shared.archive.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.problems import PROBLEM_RESPONSES
 

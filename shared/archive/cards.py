@@ -39,8 +39,8 @@ from shared.recall.verified import RecallTimings, recall
 from shared.store import activity_log, cards, listing, outbox, rebuilds, workspaces
 from shared.store.database import Database
 from shared.store.listing import ListQuery
-from shared.workflow.sessions import Workflow
-from shared.workflow.schema_changes import SchemaChanges
+from shared.archive.sessions import Workflow
+from shared.archive.schema_changes import SchemaChanges
 
 log = logging.getLogger(__name__)
 

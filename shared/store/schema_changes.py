@@ -6,7 +6,7 @@ them.
 Functions run on a connection from :meth:`shared.store.database.Database.transaction` (role and
 workspace already set); they neither commit nor check permissions. A run is returned as its row
 ``{run_id, database_name, schema_name, removed_tables, removed_columns, status, deleted, errors,
-recorded_at, completed_at, ...}``; :mod:`shared.workflow.schema_changes` converts it.
+recorded_at, completed_at, ...}``; :mod:`shared.archive.schema_changes` converts it.
 """
 
 from __future__ import annotations

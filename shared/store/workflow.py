@@ -5,7 +5,7 @@ Also the look-ups of review and solved-index: which link targets exist, re-queue
 
 Functions run on a connection from :meth:`shared.store.database.Database.transaction` (role and
 workspace already set); they neither commit nor check permissions. Payloads (a proposal, a
-receipt) are stored and returned as JSON builtins; :mod:`shared.workflow.sessions` converts them.
+receipt) are stored and returned as JSON builtins; :mod:`shared.archive.sessions` converts them.
 """
 
 from __future__ import annotations
