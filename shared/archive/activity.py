@@ -29,7 +29,7 @@ import psycopg
 from shared.auth import Principal
 from shared.errors import ArchiveError, DatabaseUnavailable, PoolExhausted
 from shared.models import parse_card_id
-from shared.store import activity_log
+from shared.store import activity
 from shared.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ async def record_rejection(db: Database, principal: Principal, workspace: str, v
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     try:
         async with db.transaction(workspace) as conn:
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
                 outcome=outcome_of(exc),
                 detail=_printable({**(detail or {}), "message": message[:500]}))

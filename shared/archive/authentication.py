@@ -23,7 +23,7 @@ from typing import Any
 
 from shared.auth import Principal, token_digest
 from shared.errors import Unauthorized
-from shared.store import tokens
+from shared.store import authentication as token_rows
 from shared.store.database import Database
 
 auth_log = logging.getLogger("memarc.auth")
@@ -45,14 +45,14 @@ async def authenticate(db: Database, token: str | None) -> Principal:
         raise _unauthorized("a valid bearer token is required", "malformed")
     digest = token_digest(token)
     async with db.transaction(None) as conn:
-        row = await tokens.lookup(conn, digest)
+        row = await token_rows.lookup(conn, digest)
         if row is None:
             raise _unauthorized("unknown token", "unknown")
         if row["revoked_at"] is not None:
             raise _unauthorized("this token was revoked", "revoked")
         if row["expires_at"] is not None and row["expires_at"] <= datetime.now(timezone.utc):
             raise _unauthorized("this token has expired", "expired")
-        await tokens.touch(conn, row["token_id"])
+        await token_rows.touch(conn, row["token_id"])
     return Principal(
         workspace=row["workspace_id"],
         permissions=frozenset(row["permissions"]),

@@ -49,7 +49,7 @@ from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
 from shared.models import MAX_WAIT_SECONDS, Name, card_id_str, parse_card_id
 from shared.projection.queue import ProjectionQueue
-from shared.store import activity_log, outbox, workspaces
+from shared.store import activity, outbox, workspaces
 from shared.store import cards as card_store
 from shared.store import schema_changes as store
 from shared.store.database import Database
@@ -267,7 +267,7 @@ class SchemaChanges:
                 tables=req.removed_tables,
                 columns=[(c.table, c.column) for c in req.removed_columns],
                 digest=request_digest, actor=principal.actor)
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb="schema_change", outcome="recorded",
                 detail={"run": req.run_id, "database": req.database, "schema": req.schema,
                         "tables": len(req.removed_tables), "columns": len(req.removed_columns)})
@@ -309,7 +309,7 @@ class SchemaChanges:
                     op_ids += [i for i in await outbox.reset_for_retry(conn, cid)
                                if i not in op_ids]
             row, open_ = await _settle(conn, row)
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb="schema_change",
                 outcome=row["status"],
                 detail={"run": run_id, "deleted": len(row["deleted"]),
@@ -337,7 +337,7 @@ class SchemaChanges:
                 async with conn.transaction():  # a savepoint per card
                     await card_store.delete(conn, cid)
                     op_id = await outbox.insert(conn, workspace, cid, "delete", None)
-                    await activity_log.record(
+                    await activity.record(
                         conn, workspace, actor=principal.actor, verb="delete", card_uuid=cid,
                         outcome="ok", detail={"schema_change": run_id})
             except (ArchiveError, psycopg.errors.IntegrityError) as exc:

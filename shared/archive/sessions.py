@@ -22,7 +22,7 @@ Permissions, checked again here (the reviewer gate, issue 16): ``memory.propose`
   never bridges through them (DESIGN §5, :func:`shared.recall.verified.recall`).
 
 The rules are :mod:`shared.workflow.rules`, the wire format :mod:`shared.workflow.requests`; the
-SQL is in :mod:`shared.store.workflow`. A rejected call is recorded by :func:`audited` alone.
+SQL is in :mod:`shared.store.sessions`. A rejected call is recorded by :func:`audited` alone.
 This module imports no web framework; the writer's ``writer/workflow.py`` only parses and calls it.
 """
 
@@ -42,9 +42,9 @@ from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
 from shared.models import Card, CardWrite, Source, card_id_str, clean_session_id, parse_card_id
 from shared.projection.queue import ProjectionQueue
-from shared.store import activity_log, outbox, workspaces
+from shared.store import activity, outbox, workspaces
 from shared.store import cards as card_store
-from shared.store import workflow as store
+from shared.store import sessions as store
 from shared.store.database import Database
 from shared.workflow import rules
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
@@ -246,7 +246,7 @@ class Workflow:
                 raise Conflict(f"a session holds at most {MAX_SESSION_PROPOSALS} proposals",
                                field="proposals")
             if new_keys:
-                await activity_log.record(
+                await activity.record(
                     conn, workspace, actor=principal.actor, verb="propose", outcome="ok",
                     detail={"session": session_id, "proposals": new_keys[:100],
                             "count": len(new_keys)})
@@ -464,7 +464,7 @@ class Workflow:
                 op_ids.append(op_id)
                 projection.append(ProjectionEntry(card_id=card_id_str(cid), revision=revision,
                                                   operation=op_id))
-                await activity_log.record(
+                await activity.record(
                     conn, workspace, actor=principal.actor, verb=action, card_uuid=cid,
                     outcome="ok", detail={"session": session_id, "proposal": d.key,
                                           "revision": revision})
@@ -510,7 +510,7 @@ class Workflow:
                                                status="requeued" if state else "deleted",
                                                operations=ops))
                 all_ops += ops
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb="solved_index", outcome="ok",
                 detail={"session": session_id, "review": receipt.review_id,
                         "operations": all_ops[:100]})
@@ -557,7 +557,7 @@ class Workflow:
             await store.record_decisions(conn, workspace, session_id, changes, principal.actor)
             rows = await store.session_decisions(conn, session_id)
             for cid, d in changes:  # one record per card, so the card's activity lists it
-                await activity_log.record(
+                await activity.record(
                     conn, workspace, actor=principal.actor, verb="decide", outcome="ok",
                     card_uuid=cid, detail={"session": session_id, "decision": d})
         after = {d.card_id: d for d in rows}
@@ -654,7 +654,7 @@ async def _store_receipt(conn: AsyncConnection, principal: Principal, workspace:
     await store.insert_receipt(conn, workspace, review_id=receipt.review_id,
                                session_id=receipt.session_id, outcome=receipt.outcome,
                                digest=request_digest, result=result, actor=principal.actor)
-    await activity_log.record(
+    await activity.record(
         conn, workspace, actor=principal.actor, verb="review", outcome=receipt.outcome,
         detail={"session": receipt.session_id, "review": receipt.review_id,
                 "cards": [i.card_id for i in receipt.items][:100]})

@@ -54,7 +54,7 @@ from shared.index.engine import IndexEngine
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import build_points
-from shared.store import activity_log, cards, outbox, rebuilds, workspaces
+from shared.store import activity, cards, outbox, rebuilds, workspaces
 from shared.store.database import Database, lock_workspace
 
 log = logging.getLogger(__name__)
@@ -284,7 +284,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 seconds=round(time.perf_counter() - started, 2), optimized=optimized)
             row = await rebuilds.finish(conn, rebuild_id, status="done",
                                         summary=msgspec.to_builtins(summary))
-            await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
+            await activity.record(conn, workspace, actor=row["requested_by"], verb="index",
                                       outcome="ok", detail=msgspec.to_builtins(summary))
         return row
     except asyncio.CancelledError:
@@ -314,7 +314,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 log.warning("could not drop abandoned collection %s", target)
         async with db.transaction(workspace) as conn:
             row = await rebuilds.finish(conn, rebuild_id, status="failed", error=message[:2000])
-            await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
+            await activity.record(conn, workspace, actor=row["requested_by"], verb="index",
                                       outcome="failed", detail={"error": message[:500]})
         return row
     finally:

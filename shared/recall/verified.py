@@ -58,7 +58,7 @@ from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_l
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
 from shared.store import cards, outbox, verification, workspaces
-from shared.store import workflow as workflow_store
+from shared.store import sessions as session_rows
 from shared.store.database import Database
 
 MAX_ROUNDS = 3
@@ -142,7 +142,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     async with db.transaction(workspace, role=role, read_only=True) as conn:
         language = (await workspaces.get(conn, workspace))["language"]
         if session is not None:
-            decided = await workflow_store.decided_card_ids(conn, session)
+            decided = await session_rows.decided_card_ids(conn, session)
     t0 = clock()
     dense, sparse = await embedder.embed_query(query_text, language)
     layout = layout or embedder.layout(language)
@@ -184,7 +184,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
             # every round reads its candidates afresh: eligibility is what this transaction sees
             if session is not None:
                 # the session's decided cards as this transaction sees them, under the lock
-                decided = await workflow_store.decided_card_ids(conn, session)
+                decided = await session_rows.decided_card_ids(conn, session)
             round_flt = _excluding(flt, decided)
             found = await _candidates(conn, [cid for cid, _ in fused])
             rows = {cid: found.get(cid) for cid, _ in fused}

@@ -273,8 +273,8 @@ class Database:
             setup.insert(0, sql.SQL("set_config('transaction_read_only', 'on', true)"))
         if lock is not None:  # bounded wait (lock_timeout is set before the lock is asked for)
             setup.append(sql.SQL("set_config('lock_timeout', %(lock_timeout)s, true)"))
-            setup.append(sql.SQL(Q.workspace_lock_expr if lock == "exclusive"
-                                 else Q.workspace_lock_shared_expr))
+            setup.append(sql.SQL(Q.database_workspace_lock_expr if lock == "exclusive"
+                                 else Q.database_workspace_lock_shared_expr))
         statement = sql.SQL("SELECT ") + sql.SQL(", ").join(setup)
         params = {"role": RUNTIME_ROLE if role == "runtime" else READER_ROLE,
                   "workspace": workspace or "", "lock_timeout": f"{int(self.lock_timeout * 1000)}ms"}
@@ -327,5 +327,5 @@ async def lock_workspace(conn: AsyncConnection, workspace: str) -> None:
     ``lock="exclusive"``) in a transaction already open on ``conn``; it is released when the
     transaction ends, and no write of the workspace commits until then (an index rebuild's
     switch, see :mod:`shared.projection.rebuild`)."""
-    await conn.execute(sql.SQL("SELECT ") + sql.SQL(Q.workspace_lock_expr),
+    await conn.execute(sql.SQL("SELECT ") + sql.SQL(Q.database_workspace_lock_expr),
                        {"workspace": workspace})
