@@ -112,6 +112,47 @@ def test_the_layer_map_knows_every_folder_of_shared():
     assert modules <= set(ROOT_MODULES) | set(COMPOSITION)
 
 
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, first-party or not, as written."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_only_the_store_imports_the_database_driver():
+    """Driver errors are translated once, in the store: nothing above it sees psycopg."""
+    runtime = [p for package in ("shared", "writer", "explorer_plugin")
+               for p in sorted((ROOT / package).rglob("*.py"))]
+    outside = sorted(f"{_module_name(p)} imports {m}" for p in runtime for m in _all_imports(p)
+                     if m.split(".")[0] in ("psycopg", "psycopg_pool")
+                     and not _module_name(p).startswith("shared.store"))
+    assert outside == []
+
+
+def test_every_archive_error_class_lives_in_shared_errors():
+    import shared.errors
+
+    def subclasses(cls: type) -> set[type]:
+        return {cls} | {c for sub in cls.__subclasses__() for c in subclasses(sub)}
+
+    names = {c.__name__ for c in subclasses(shared.errors.ArchiveError)}
+    elsewhere = []
+    for package in FIRST_PARTY:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "shared" / "errors.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                         for b in getattr(node, "bases", [])}
+                if isinstance(node, ast.ClassDef) and bases & names:
+                    elsewhere.append(f"{_module_name(path)}.{node.name}")
+    assert elsewhere == []
+
+
 def test_the_rules_reject_an_import_against_the_layers():
     """The check itself can fail: imports the map forbids are refused."""
     assert not _allowed("shared.store.cards", "shared.recall.verified")

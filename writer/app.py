@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import msgspec
-import psycopg
 from litestar import Controller, Litestar, Request, Response, asgi, delete, get, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
@@ -32,8 +31,8 @@ from shared.archive.cards import (Archive, CardDetail, CardPage, DeleteResult, I
                                   PendingPage, RetryResult, WriteResult)
 from shared.auth import Principal
 from shared.config import Settings
-from shared.errors import (ArchiveError, BadRequest, DatabaseUnavailable, InvalidInput,
-                           UnsupportedEncoding)
+from shared.errors import (ArchiveError, BadRequest, BoundaryRejection, InvalidInput,
+                           UnsupportedEncoding, is_recorded)
 from shared.models import CardWrite, ImportCard, RecallResponse, SearchRequest
 from shared.projection.reconciliation import AuditReport
 from shared.resources import Resources
@@ -104,10 +103,6 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
     return response
 
 
-def _db_error(request: Request, exc: psycopg.OperationalError) -> Response:
-    return _archive_error(request, DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}"))
-
-
 def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(500, "Internal error", "the archive could not complete the request",
@@ -129,7 +124,7 @@ async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
     principal = principal_of(scope)
     workspace = (scope.get("path_params") or {}).get("workspace_id")
     if not verb or principal is None or not isinstance(workspace, str) \
-            or getattr(exc, "activity_recorded", False):
+            or is_recorded(exc):
         return
     if isinstance(exc, HTTPException) and not isinstance(exc, ArchiveError):
         code = "bad_request" if isinstance(exc, ValidationException) else _HTTP_CODES.get(
@@ -139,15 +134,6 @@ async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
     archive: Archive = scope["litestar_app"].state.archive
     await record_rejection(archive.db, principal, workspace, verb, exc,
                            card_uuid=models.parse_card_id(card) if isinstance(card, str) else None)
-
-
-class BoundaryRejection(ArchiveError):
-    """The request was rejected before it reached the archive."""
-
-    def __init__(self, message: str, *, status: int, code: str, cause: Exception) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-        cause.activity_recorded = True  # type: ignore[attr-defined]
 
 
 def _wait(wait: float | None) -> float:
@@ -500,7 +486,6 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
         exception_handlers={
             ArchiveError: _archive_error,
             HTTPException: _http_error,
-            psycopg.OperationalError: _db_error,
             Exception: _internal_error,
         },
         openapi_config=OpenAPIConfig(

@@ -35,7 +35,6 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import msgspec
-from psycopg import AsyncConnection
 
 from shared.archive.activity import audited
 from shared.auth import Principal
@@ -45,7 +44,7 @@ from shared.projection.queue import ProjectionQueue
 from shared.store import activity, outbox, workspaces
 from shared.store import cards as card_store
 from shared.store import sessions as store
-from shared.store.database import Database
+from shared.store.database import Connection, Database
 from shared.workflow import rules
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
                                       DecideRequest, Decision, DecisionRecord, FieldChange,
@@ -67,7 +66,7 @@ class _Stored:
     draft: Draft
 
 
-async def _stored(conn: AsyncConnection, session_id: str) -> dict[str, _Stored]:
+async def _stored(conn: Connection, session_id: str) -> dict[str, _Stored]:
     """The session's proposals by key, in the order they were stored (erased ones left out:
     :func:`_erased`)."""
     stored: dict[str, _Stored] = {}
@@ -80,7 +79,7 @@ async def _stored(conn: AsyncConnection, session_id: str) -> dict[str, _Stored]:
     return stored
 
 
-async def _erased(conn: AsyncConnection, session_id: str) -> list[store.StoredProposal]:
+async def _erased(conn: Connection, session_id: str) -> list[store.StoredProposal]:
     """The session's proposals whose content was erased with the card they carried."""
     return [row for row in await store.session_proposals(conn, session_id) if row.erased]
 
@@ -99,12 +98,12 @@ def _erased_item(row: store.StoredProposal) -> SummaryItem:
         erased=True)
 
 
-async def _reviewed(conn: AsyncConnection, session_id: str) -> ReviewReceipt | None:
+async def _reviewed(conn: Connection, session_id: str) -> ReviewReceipt | None:
     row = await store.session_receipt(conn, session_id)
     return msgspec.convert(row.result, ReviewReceipt) if row is not None else None
 
 
-async def _matches(conn: AsyncConnection, bodies: list[CardWrite]) -> list[rules.Match]:
+async def _matches(conn: Connection, bodies: list[CardWrite]) -> list[rules.Match]:
     """The reuse rule (:func:`rules.match`) for each body against the archive's cards: the
     candidates are the cards whose content matches loosely (found by the store)."""
     candidates = await store.loose_content_cards(conn, bodies)
@@ -113,7 +112,7 @@ async def _matches(conn: AsyncConnection, bodies: list[CardWrite]) -> list[rules
             for body, ids in zip(bodies, candidates)]
 
 
-async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrite]],
+async def _reuse(conn: Connection, additions: list[tuple[str, str, CardWrite]],
                  sent: int | None = None) -> list[rules.Match]:
     """The reuse rule over additions ``(where, key, body)``: the existing card each reuses (or
     None: it is created) and the possible duplicate shown for one that is created.
@@ -135,7 +134,7 @@ async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrit
     return matches
 
 
-async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[CardWrite],
+async def _batch_reuse(conn: Connection, drafts: list[Draft], bodies: list[CardWrite],
                        stored: dict[str, _Stored]) -> dict[str, rules.Match]:
     """The reuse rule at propose time, for the batch's additions by key: the batch's additions,
     then the stored ones it does not re-send, must not be the same card twice among those that
@@ -155,7 +154,7 @@ async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[
     return dict(zip((key for _, key, _ in additions[:sent]), matches))
 
 
-async def _edited_cards(conn: AsyncConnection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
+async def _edited_cards(conn: Connection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
     """The cards the updates among ``drafts`` edit, as they are now (a deleted one is absent)."""
     return await card_store.get_many(
         conn, [c for d in drafts if (c := rules.edited_card(d)) is not None])
@@ -395,7 +394,7 @@ class Workflow:
             await self.queue.enqueue(workspace, op_ids)
         return outcome
 
-    async def _apply(self, conn: AsyncConnection, principal: Principal, workspace: str,
+    async def _apply(self, conn: Connection, principal: Principal, workspace: str,
                      session_id: str, selection: list[ReviewSelection],
                      stored: dict[str, _Stored],
                      ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry]]:
@@ -648,7 +647,7 @@ def _show_review(items: list[SummaryItem], receipt: ReviewReceipt) -> None:
         item.stale, item.problems = False, []
 
 
-async def _store_receipt(conn: AsyncConnection, principal: Principal, workspace: str,
+async def _store_receipt(conn: Connection, principal: Principal, workspace: str,
                          receipt: ReviewReceipt, request_digest: str) -> ReviewOutcome:
     result = msgspec.to_builtins(receipt)
     await store.insert_receipt(conn, workspace, review_id=receipt.review_id,

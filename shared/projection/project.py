@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import ArchiveError, IndexIncompatible
+from shared.errors import ArchiveError, IndexIncompatible, PrivacyFilterFailed
 from shared.index.embedding import Embedder
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn
 from shared.models import Card
-from shared.privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
+from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.documents import projected_document
 from shared.store import activity, cards, outbox, workspaces
 from shared.store.database import Database

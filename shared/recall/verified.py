@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
-from psycopg import AsyncConnection
 
 from shared import models
 from shared.auth import Principal
@@ -59,7 +58,7 @@ from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
 from shared.store import cards, outbox, verification, workspaces
 from shared.store import sessions as session_rows
-from shared.store.database import Database
+from shared.store.database import Connection, Database
 
 MAX_ROUNDS = 3
 
@@ -88,7 +87,7 @@ class RecallTimings:
                 "expand": self.expand, "fetch": self.fetch}
 
 
-async def _candidates(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
+async def _candidates(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
     """Verification rows of ``ids`` (missing cards absent), with their first links: one more
     than expansion follows, so that a card with more links than that is seen."""
     rows = await verification.candidate_rows(conn, ids, LINKS_PER_CARD + 1)
@@ -230,7 +229,7 @@ def _excluding(flt: IndexFilter, decided: set[uuid.UUID]) -> IndexFilter:
     return msgspec.structs.replace(flt, exclude=flt.exclude + extra)
 
 
-async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
+async def _rank_and_read(conn: Connection, seeds: list[uuid.UUID],
                          rows: dict[uuid.UUID, CandidateRow | None], flt: IndexFilter,
                          ranks: dict[str, dict[uuid.UUID, int]], top: int, expand: bool,
                          t: RecallTimings) -> tuple[list[RecallResult], Expansion]:

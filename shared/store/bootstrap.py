@@ -2,7 +2,8 @@
 API tokens.
 
 These talk to PostgreSQL directly with the migrator credentials. Everything else goes through the
-writer API.
+writer API. Each raises :class:`~shared.errors.BootstrapUnavailable` when PostgreSQL cannot be
+reached (:func:`~shared.store.database.bootstrap_errors`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from shared.auth import PERMISSIONS, gate_warning, new_token, token_digest
 from psycopg.types.json import Jsonb
 
 from shared.errors import Conflict, InvalidInput, LockTimeout, NotFound
-from shared.store.database import MIGRATOR_ROLE, Q
+from shared.store.database import MIGRATOR_ROLE, Q, bootstrap_errors
 
 WORKSPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -34,6 +35,7 @@ def _as_migrator(conn: psycopg.Connection) -> None:
     conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(MIGRATOR_ROLE)))
 
 
+@bootstrap_errors
 def create_workspace(migrator_url: str, schema: str, workspace: str, language: str = "en") -> dict[str, Any]:
     """Create a workspace (idempotent when the language matches).
 
@@ -65,6 +67,7 @@ def create_workspace(migrator_url: str, schema: str, workspace: str, language: s
         return {**row, "created": False}
 
 
+@bootstrap_errors
 def create_token(migrator_url: str, schema: str, workspace: str, permissions: list[str], *,
                  database: str | None = None, db_schema: str | None = None,
                  label: str | None = None, expires_at: datetime | None = None) -> dict[str, Any]:
@@ -98,6 +101,7 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
     return created
 
 
+@bootstrap_errors
 def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any]:
     """Revoke a token by id.
 
@@ -115,6 +119,7 @@ def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any
     return {"revoked": str(row["id"]), "workspace": row["workspace_id"]}
 
 
+@bootstrap_errors
 def revoke_labelled_tokens(migrator_url: str, schema: str, workspace: str, label: str) -> int:
     """Revoke every active token of ``workspace`` labelled ``label`` (e.g. the tokens an earlier
     ``memarc up --demo`` printed) and return how many were revoked."""
@@ -124,6 +129,7 @@ def revoke_labelled_tokens(migrator_url: str, schema: str, workspace: str, label
                                 {"workspace": workspace, "label": label}).fetchall())
 
 
+@bootstrap_errors
 def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by: str, *,
                      lock_timeout: float = 30.0) -> dict[str, Any]:
     """Remove a workspace: its rows in every table that has a ``workspace_id`` column (cards,
@@ -173,6 +179,7 @@ def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by:
             "deleted_rows": row["deleted_rows"], "index_status": row["index_status"]}
 
 
+@bootstrap_errors
 def removal(migrator_url: str, schema: str, removal_id: int) -> dict[str, Any]:
     """A workspace removal's record: ``{id, workspace, removed_by, removed_at, deleted_rows,
     index_status (pending|done), index_done_at, index_error}``.
