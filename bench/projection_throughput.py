@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._archive import build  # noqa: E402
 from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.models import CardWrite  # noqa: E402
-from shared.projection.jobs import build_worker, stop_worker  # noqa: E402
+from shared.worker import build_worker, stop_worker  # noqa: E402
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE  # noqa: E402
 from shared.projection.documents import projected_document  # noqa: E402
 from shared.projection.queue import ProjectionQueue  # noqa: E402

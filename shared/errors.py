@@ -1,7 +1,9 @@
 """The archive's error hierarchy: one root, translated to HTTP at the writer's boundary.
 
 Each class docstring is its default message. ``status`` is the HTTP status the writer maps it to;
-``code`` is a stable machine-readable identifier carried in the problem-details body.
+``code`` is a stable machine-readable identifier carried in the problem-details body. Every error
+class of the archive is defined here; driver errors (psycopg) are translated into them once, in
+the store (:mod:`shared.store.database`), and never leave it.
 """
 
 from __future__ import annotations
@@ -14,11 +16,31 @@ class ArchiveError(Exception):
 
     status = 500
     code = "internal_error"
+    #: set once an activity record of this failed attempt is written
+    #: (:func:`shared.archive.activity.record_rejection`), so no other layer records it again
+    activity_recorded: bool = False
 
     def __init__(self, message: str | None = None, **extra: Any) -> None:
+        #: the ``detail`` of the problem document
         self.message = message or (self.__doc__ or "").strip()
+        #: further members of the problem document (``field``, ``item``, ``permissions``, ...)
         self.extra = extra
         super().__init__(self.message)
+
+
+def mark_recorded(exc: BaseException) -> None:
+    """Note that the failed attempt ``exc`` has its activity record. An archive error keeps it in
+    :attr:`ArchiveError.activity_recorded`; any other exception (a bug, or an error of the web
+    framework the writer rejects with) carries the same attribute."""
+    try:
+        exc.activity_recorded = True  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - builtin exceptions without __dict__
+        pass
+
+
+def is_recorded(exc: BaseException) -> bool:
+    """True when :func:`mark_recorded` noted ``exc``."""
+    return bool(getattr(exc, "activity_recorded", False))
 
 
 class InvalidInput(ArchiveError):
@@ -48,6 +70,12 @@ class Unauthorized(ArchiveError):
     status = 401
     code = "unauthorized"
 
+    def __init__(self, message: str | None = None, *, reason: str = "?", **extra: Any) -> None:
+        super().__init__(message, **extra)
+        #: why the token was refused (``missing``, ``malformed``, ``unknown``, ``revoked``,
+        #: ``expired``), for the failed-authentication log only, never in the response
+        self.reason = reason
+
 
 class Forbidden(ArchiveError):
     """The token does not allow this operation."""
@@ -76,6 +104,30 @@ class StaleRevision(Conflict):
     code = "stale_revision"
 
 
+class IntegrityViolation(Conflict):
+    """PostgreSQL refused a write that would break a reference or a uniqueness rule."""
+
+    code = "integrity_violation"
+
+
+class MigrationError(ArchiveError):
+    """The migrations cannot be applied."""
+
+    status = 500
+    code = "migration_error"
+
+
+class BoundaryRejection(ArchiveError):
+    """The request was rejected before it reached the archive."""
+
+    def __init__(self, message: str, *, status: int, code: str, cause: BaseException) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+        #: the web framework's error this rejection stands for (recorded through this one)
+        self.cause = cause
+        mark_recorded(cause)
+
+
 class Unavailable(ArchiveError):
     """A dependency of the archive is unavailable."""
 
@@ -87,6 +139,21 @@ class DatabaseUnavailable(Unavailable):
     """PostgreSQL is unavailable."""
 
     code = "database_unavailable"
+
+
+class StatementCanceled(Unavailable):
+    """PostgreSQL is unavailable.
+
+    It canceled the statement (a statement timeout, or an administrator's cancel) while the server
+    itself answers: the same answer as :class:`DatabaseUnavailable`, but the server is not marked
+    unreachable, and the worker does not take it for an outage.
+    """
+
+    code = "database_unavailable"
+
+
+class BootstrapUnavailable(Unavailable):
+    """PostgreSQL cannot be reached with the migrator credentials (a bootstrap command)."""
 
 
 class LockTimeout(Unavailable):
@@ -134,6 +201,14 @@ class EmbedderUnavailable(Unavailable):
     """The embedding model is not loaded in this process."""
 
     code = "embedder_unavailable"
+
+
+class PrivacyFilterFailed(Unavailable):
+    """The privacy filter could not redact a text; nothing was sent to the embedder or the index.
+
+    A 503 like any other part of the pipeline that cannot safely proceed (fail closed)."""
+
+    code = "privacy_filter_failed"
 
 
 class QueueUnavailable(Unavailable):

@@ -51,21 +51,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.errors import Unavailable
+from shared.errors import PrivacyFilterFailed
 
 MARKER = "[REDACTED:{kind}]"
 #: Default longest text the filter accepts (characters).
 DEFAULT_MAX_CHARS = 500_000
 #: Redaction passes before a text that still matches a rule is refused.
 MAX_PASSES = 3
-
-
-class PrivacyFilterFailed(Unavailable):
-    """The privacy filter could not redact a text; nothing was sent to the embedder or the index.
-
-    A 503 like any other part of the pipeline that cannot safely proceed (fail closed)."""
-
-    code = "privacy_filter_failed"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import pytest
 from litestar import Litestar
 
 from shared.config import Settings
-from shared.projection.jobs import build_worker, stop_worker
+from shared.worker import build_worker, stop_worker
 from shared.resources import Resources
 from shared.store.bootstrap import create_token, create_workspace
 

@@ -32,7 +32,7 @@ import msgspec
 import psycopg
 from helpers import free_port, skip_or_fail, stop_process
 
-from shared.projection.jobs import build_worker, stop_worker
+from shared.worker import build_worker, stop_worker
 from shared.projection.reconciliation import audit
 from shared.store.database import Database
 from writer.app import create_app

@@ -16,7 +16,7 @@ from helpers import make_incompatible_collection
 
 from shared.index import qdrant
 from shared.index.qdrant import QdrantClientEngine
-from shared.projection.jobs import build_worker
+from shared.worker import build_worker
 from shared.projection.queue import ProjectionQueue
 from shared.store.database import Database
 from writer.app import create_app

@@ -23,7 +23,7 @@ from shared.errors import Forbidden, NotFound
 from shared.models import CardWrite, SearchRequest
 from shared.store.listing import ListQuery
 from shared.workflow.requests import CardDecision, DecideRequest, ProposeRequest, ReviewRequest
-from shared.workflow.schema_changes import SchemaChangeRequest
+from shared.archive.schema_changes import SchemaChangeRequest
 from writer.app import create_app
 from writer.auth import authorize, route_permissions
 from writer.cli import COMMANDS, main

@@ -10,7 +10,8 @@ import pytest
 
 from shared.errors import SchemaOutdated
 from shared.store.database import MIGRATIONS_DIR, Database, expected_schema_version
-from shared.store.migrations import MigrationError, migrate
+from shared.errors import MigrationError
+from shared.store.migrations import migrate
 
 
 def test_migrate_twice_is_a_noop(empty_db):

@@ -243,7 +243,7 @@ def test_redis_outage_under_memarc_up(make_env, tmp_path):
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-#: what the worker logs (once) when PostgreSQL goes away (shared/projection/jobs.py)
+#: what the worker logs (once) when PostgreSQL goes away (shared/worker.py)
 PG_OUTAGE_LOGGED = "projection and the sweep wait for it"
 
 

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from test_explorer import explorer, get  # noqa: F401  (fixture and helper)
 
 from shared.auth import Principal
-from shared.errors import SchemaOutdated
+from shared.errors import PrivacyFilterFailed, SchemaOutdated
 from shared.index.engine import IndexFilter
 from shared import models
 from shared.models import Card, Dependency, SearchRequest
-from shared.privacy import PrivacyFilter, PrivacyFilterFailed, Rule
+from shared.privacy import PrivacyFilter, Rule
 from shared.projection.documents import projected_document, projected_text
 from shared.projection.project import project_operations
 from shared.resources import Resources

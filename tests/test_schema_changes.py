@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from shared.auth import Principal
-from shared.workflow.schema_changes import SchemaChangeRequest
+from shared.archive.schema_changes import SchemaChangeRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 MEM = "/api/workspaces/acme/memory"
@@ -211,7 +211,7 @@ async def test_a_crash_between_record_and_deletion_is_completed_by_the_same_run_
 KILLED = r"""
 import asyncio, json, os, sys
 from shared.store import cards
-from shared.workflow import schema_changes
+from shared.archive import schema_changes
 from shared.auth import Principal
 from shared.store.database import Database
 from shared.projection.queue import ProjectionQueue

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from shared.projection.jobs import build_worker, check_worker_health, stop_worker
+from shared.worker import build_worker, check_worker_health, stop_worker
 
 
 def _check_cli(redis_url: str) -> int:

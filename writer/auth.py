@@ -66,12 +66,10 @@ async def authenticate_header(db: Database, failures: FailedAuthLog, authorizati
     scheme, _, token = authorization.partition(" ")
     try:
         if scheme.lower() != "bearer" or not token.strip():
-            exc = Unauthorized("send Authorization: Bearer <token>")
-            exc.reason = "missing"  # type: ignore[attr-defined]
-            raise exc
+            raise Unauthorized("send Authorization: Bearer <token>", reason="missing")
         return await authenticate(db, token.strip())
     except Unauthorized as exc:
-        failures.record(client, getattr(exc, "reason", "?"), path)
+        failures.record(client, exc.reason, path)
         raise
 
 

@@ -29,7 +29,7 @@ def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
     reviewer's ``memory.review`` token under ``review_token`` (the same form). No demo token can
     apply its own proposals.
 
-    Uses the migrator credentials; raises what bootstrap raises (psycopg errors).
+    Uses the migrator credentials; raises what bootstrap raises (:class:`~shared.errors.BootstrapUnavailable`, ...).
     """
     create_workspace(settings.migrator_database_url, settings.db_schema, workspace, "en")
     # one live pair of demo tokens at a time: the previous start's are revoked, these printed

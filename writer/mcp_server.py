@@ -38,7 +38,6 @@ from typing import Annotated, Any
 
 import mcp_types as types
 import msgspec
-import psycopg
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
@@ -49,7 +48,7 @@ from shared.archive.authentication import FailedAuthLog
 from shared.archive.cards import Archive
 from shared.archive.responses import CardDetail, PendingPage
 from shared.auth import Principal
-from shared.errors import ArchiveError, DatabaseUnavailable, NotFound
+from shared.errors import ArchiveError, NotFound
 from shared.models import RecallResponse, SearchRequest
 from shared.workflow.requests import ProposeRequest, ProposeResult, SessionId
 from writer.auth import authenticate_header
@@ -86,13 +85,11 @@ _RECALL_ARGUMENTS = {
 
 def mcp_error(exc: BaseException) -> MCPError:
     """The MCP error of an exception raised by a tool: ``data`` is the API's problem-details
-    document (:func:`~writer.problems.archive_problem`); an unavailable PostgreSQL is
-    ``database_unavailable``; anything that is not an archive error is logged and answered as
-    ``internal_error`` without its details."""
+    document (:func:`~writer.problems.archive_problem`; the store translates driver errors, an
+    unavailable PostgreSQL to ``database_unavailable``); anything that is not an archive error
+    is logged and answered as ``internal_error`` without its details."""
     if isinstance(exc, MCPError):
         return exc
-    if isinstance(exc, psycopg.OperationalError):
-        exc = DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}")
     if not isinstance(exc, ArchiveError):
         log.error("unhandled error in an MCP request", exc_info=exc)
         exc = ArchiveError("the archive could not complete the request")
@@ -432,7 +429,7 @@ class McpHttpEndpoint:
             principal = await authenticate_header(
                 self.archive_of().db, self.failures, headers.get("authorization", ""),
                 client[0] if client else "?", scope.get("path", "/mcp"))
-        except (ArchiveError, psycopg.OperationalError) as exc:
+        except ArchiveError as exc:
             await _send_rejection(send, mcp_error(exc))
             return
         await self.session_manager.handle_request({**scope, PRINCIPAL_SCOPE_KEY: principal},

@@ -18,7 +18,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import psycopg
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
@@ -26,7 +25,7 @@ from litestar.types import Scope
 
 from shared import models
 from shared.archive.activity import record_rejection
-from shared.errors import ArchiveError, DatabaseUnavailable
+from shared.errors import ArchiveError, BoundaryRejection, is_recorded
 from writer.auth import principal_of
 
 if TYPE_CHECKING:
@@ -140,10 +139,6 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
     return response
 
 
-def _db_error(request: Request, exc: psycopg.OperationalError) -> Response:
-    return _archive_error(request, DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}"))
-
-
 def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(500, "Internal error", "the archive could not complete the request",
@@ -154,7 +149,6 @@ def _internal_error(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     ArchiveError: _archive_error,
     HTTPException: _http_error,
-    psycopg.OperationalError: _db_error,
     Exception: _internal_error,
 }
 
@@ -169,7 +163,7 @@ async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
     principal = principal_of(scope)
     workspace = (scope.get("path_params") or {}).get("workspace_id")
     if not verb or principal is None or not isinstance(workspace, str) \
-            or getattr(exc, "activity_recorded", False):
+            or is_recorded(exc):
         return
     if isinstance(exc, HTTPException) and not isinstance(exc, ArchiveError):
         code = "bad_request" if isinstance(exc, ValidationException) else _HTTP_CODES.get(
@@ -179,12 +173,3 @@ async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
     archive: Archive = scope["litestar_app"].state.archive
     await record_rejection(archive.db, principal, workspace, verb, exc,
                            card_uuid=models.parse_card_id(card) if isinstance(card, str) else None)
-
-
-class BoundaryRejection(ArchiveError):
-    """The request was rejected before it reached the archive."""
-
-    def __init__(self, message: str, *, status: int, code: str, cause: Exception) -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-        cause.activity_recorded = True  # type: ignore[attr-defined]

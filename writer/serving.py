@@ -25,7 +25,7 @@ from shared.auth import Principal
 from shared.cards_file import bundled_cards
 from shared.config import Settings, load_settings
 from shared.models import LANGUAGES
-from shared.projection.jobs import build_worker, stop_worker, supervise_worker
+from shared.worker import build_worker, stop_worker, supervise_worker
 from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
 from writer.demo import demo_token, load_demo_cards

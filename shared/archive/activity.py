@@ -3,7 +3,7 @@
 Every state change writes an activity record (who, verb, card, outcome, time). A successful change
 writes it in its own transaction; a rejected or failed attempt writes it here, in a transaction of
 its own, so it is the only trace the attempt leaves. Two layers record, and each attempt is
-recorded once (the exception carries ``activity_recorded``):
+recorded once (:func:`~shared.errors.mark_recorded`, :attr:`ArchiveError.activity_recorded`):
 
 - :func:`audited` wraps every mutating use case of ``shared`` and records whatever escapes it (bad
   input, a missing permission, a card id that is not one, a dependency that failed), naming the
@@ -24,12 +24,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import psycopg
-
 from shared.auth import Principal
-from shared.errors import ArchiveError, DatabaseUnavailable, PoolExhausted
+from shared.errors import (ArchiveError, DatabaseUnavailable, PoolExhausted, StatementCanceled,
+                           is_recorded, mark_recorded)
 from shared.models import parse_card_id
-from shared.store import activity_log
+from shared.store import activity
 from shared.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -69,19 +68,15 @@ async def record_rejection(db: Database, principal: Principal, workspace: str, v
 
     :returns: True when a record was written by this call.
     """
-    if getattr(exc, "activity_recorded", False) or workspace != principal.workspace:
+    if is_recorded(exc) or workspace != principal.workspace:
         return False
-    try:
-        exc.activity_recorded = True  # type: ignore[attr-defined]
-    except AttributeError:  # pragma: no cover - builtin exceptions without __dict__
-        pass
-    if isinstance(exc, (DatabaseUnavailable, PoolExhausted, psycopg.OperationalError,
-                        psycopg.InterfaceError)):
+    mark_recorded(exc)
+    if isinstance(exc, (DatabaseUnavailable, StatementCanceled, PoolExhausted)):
         return False  # PostgreSQL (or the pool) is what failed: a record would only wait for it
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     try:
         async with db.transaction(workspace) as conn:
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb=verb, card_uuid=card_uuid,
                 outcome=outcome_of(exc),
                 detail=_printable({**(detail or {}), "message": message[:500]}))

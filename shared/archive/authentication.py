@@ -23,16 +23,10 @@ from typing import Any
 
 from shared.auth import Principal, token_digest
 from shared.errors import Unauthorized
-from shared.store import tokens
+from shared.store import authentication as token_rows
 from shared.store.database import Database
 
 auth_log = logging.getLogger("memarc.auth")
-
-
-def _unauthorized(message: str, reason: str) -> Unauthorized:
-    exc = Unauthorized(message)
-    exc.reason = reason  # type: ignore[attr-defined]  # for FailedAuthLog, not the response
-    return exc
 
 
 async def authenticate(db: Database, token: str | None) -> Principal:
@@ -42,17 +36,17 @@ async def authenticate(db: Database, token: str | None) -> Principal:
     :raises DatabaseUnavailable: PostgreSQL cannot be reached.
     """
     if not token or len(token) > 200:
-        raise _unauthorized("a valid bearer token is required", "malformed")
+        raise Unauthorized("a valid bearer token is required", reason="malformed")
     digest = token_digest(token)
     async with db.transaction(None) as conn:
-        row = await tokens.lookup(conn, digest)
+        row = await token_rows.lookup(conn, digest)
         if row is None:
-            raise _unauthorized("unknown token", "unknown")
+            raise Unauthorized("unknown token", reason="unknown")
         if row["revoked_at"] is not None:
-            raise _unauthorized("this token was revoked", "revoked")
+            raise Unauthorized("this token was revoked", reason="revoked")
         if row["expires_at"] is not None and row["expires_at"] <= datetime.now(timezone.utc):
-            raise _unauthorized("this token has expired", "expired")
-        await tokens.touch(conn, row["token_id"])
+            raise Unauthorized("this token has expired", reason="expired")
+        await token_rows.touch(conn, row["token_id"])
     return Principal(
         workspace=row["workspace_id"],
         permissions=frozenset(row["permissions"]),

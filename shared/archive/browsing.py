@@ -12,7 +12,7 @@ import msgspec
 
 from shared.errors import NotFound
 from shared.models import Card, IncomingLink, card_id_str, parse_card_id
-from shared.store import activity_log, cards, listing, outbox, workspaces as workspace_rows
+from shared.store import activity as activity_rows, cards, listing, outbox, workspaces as workspace_rows
 from shared.store.database import Database
 from shared.store.listing import ListQuery
 
@@ -150,7 +150,7 @@ async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int
                    verb: str | None = None, card_id: str | None = None,
                    outcome: str | None = None) -> tuple[list[dict[str, Any]], int]:
     """The activity log of a workspace, newest first, and its total (filters as
-    :func:`shared.store.activity_log.entries`).
+    :func:`shared.store.activity_rows.entries`).
 
     :raises NotFound: no such workspace. :raises InvalidInput: ``card_id`` is not a card id.
     """
@@ -163,5 +163,5 @@ async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int
             raise InvalidInput(f"{card_id!r} is not a card id", field="card_id")
     async with db.transaction(workspace, role="reader", read_only=True) as conn:
         await workspace_rows.get(conn, workspace)
-        return await activity_log.entries(conn, verb=verb, card_uuid=card_uuid, outcome=outcome,
+        return await activity_rows.entries(conn, verb=verb, card_uuid=card_uuid, outcome=outcome,
                                           limit=limit, offset=offset)

@@ -42,12 +42,12 @@ from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, SearchRequest, car
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.queue import OutageLog, ProjectionQueue
 from shared.recall.verified import RecallTimings, recall
-from shared.store import activity_log, cards, listing, outbox, rebuilds, workspaces
+from shared.store import activity, cards, listing, outbox, rebuilds, workspaces
 from shared.store.database import Database
 from shared.store.listing import ListQuery
+from shared.archive.sessions import Workflow
+from shared.archive.schema_changes import SchemaChanges
 from shared.archive.transfer import Transfer
-from shared.workflow.sessions import Workflow
-from shared.workflow.schema_changes import SchemaChanges
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class Archive:
             card_uuid, revision = await cards.insert(conn, workspace, body, origin="manual",
                                                      links=links)
             op_id = await outbox.insert(conn, workspace, card_uuid, "upsert", revision)
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="create",
+            await activity.record(conn, workspace, actor=principal.actor, verb="create",
                                       card_uuid=card_uuid, outcome="ok")
             card = await cards.get(conn, card_uuid)
         return await self._written(workspace, card, op_id, wait)
@@ -165,7 +165,7 @@ class Archive:
             links = await cards.resolve_link_targets(conn, body.links, self_id=card_uuid)
             revision = await cards.update(conn, workspace, card_uuid, body, links)
             op_id = await outbox.insert(conn, workspace, card_uuid, "upsert", revision)
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="update",
+            await activity.record(conn, workspace, actor=principal.actor, verb="update",
                                       card_uuid=card_uuid, outcome="ok",
                                       detail={"revision": revision})
             card = await cards.get(conn, card_uuid)
@@ -184,7 +184,7 @@ class Archive:
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await cards.delete(conn, card_uuid)
             op_id = await outbox.insert(conn, workspace, card_uuid, "delete", None)
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="delete",
+            await activity.record(conn, workspace, actor=principal.actor, verb="delete",
                                       card_uuid=card_uuid, outcome="ok")
         await self.queue.enqueue(workspace, [op_id])
         status = await self._wait(workspace, card_uuid, wait, deleted=True) if wait > 0 else "pending"
@@ -243,7 +243,7 @@ class Archive:
                     raise NotFound(f"no card or open operation {card_id_str(card_uuid)}")
                 op_ids = [await outbox.insert(conn, workspace, card_uuid, "upsert",
                                               state["revision"])]
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="retry",
+            await activity.record(conn, workspace, actor=principal.actor, verb="retry",
                                       card_uuid=card_uuid, outcome="ok",
                                       detail={"operations": op_ids})
         enqueued = await self.queue.enqueue(workspace, op_ids)
@@ -269,7 +269,7 @@ class Archive:
                 raise InvalidInput(f"{name} is not a valid filter", field=name)
         async with self.db.transaction(workspace, read_only=True) as conn:
             await workspaces.get(conn, workspace)
-            rows, total = await activity_log.entries(conn, verb=verb, card_uuid=card_uuid,
+            rows, total = await activity.entries(conn, verb=verb, card_uuid=card_uuid,
                                                      outcome=outcome, limit=limit, offset=offset)
         return ActivityPage(activity=msgspec.convert(rows, list[ActivityEntry]), total=total)
 
@@ -290,7 +290,7 @@ class Archive:
                 active = await rebuilds.latest(conn)
                 raise Conflict("a rebuild of this workspace is already queued or running",
                                rebuild=str(active["id"]) if active else None)
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="index",
+            await activity.record(conn, workspace, actor=principal.actor, verb="index",
                                       outcome="queued", detail={"rebuild": str(rebuild_id)})
         row["enqueued"] = await self.queue.enqueue_rebuild(workspace, rebuild_id)
         return msgspec.convert(row, QueuedRebuild)

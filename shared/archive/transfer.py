@@ -26,7 +26,7 @@ from shared.models import (Card, CardWrite, ImportCard, card_id_str, parse_card_
                            validate_card_write)
 from shared.projection.project import BATCH_SIZE
 from shared.projection.queue import ProjectionQueue
-from shared.store import activity_log, cards, outbox, workspaces
+from shared.store import activity, cards, outbox, workspaces
 from shared.store.database import Database
 
 MAX_IMPORT_CARDS = 20_000
@@ -221,7 +221,7 @@ class Transfer:
                 enqueued=True, updated=len(updated),
                 unchanged=left if on_conflict == "update" else 0,
                 skipped=left if on_conflict == "skip" else 0)
-            await activity_log.record(conn, workspace, actor=principal.actor, verb="import",
+            await activity.record(conn, workspace, actor=principal.actor, verb="import",
                                       outcome="ok", detail={
                                           "cards": len(items), "created": result.created,
                                           "updated": result.updated,

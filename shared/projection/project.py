@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import ArchiveError, IndexIncompatible
+from shared.errors import ArchiveError, IndexIncompatible, PrivacyFilterFailed
 from shared.index.embedding import Embedder
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn
 from shared.models import Card
-from shared.privacy import DEFAULT_FILTER, PrivacyFilter, PrivacyFilterFailed
+from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.documents import projected_document
-from shared.store import activity_log, cards, outbox, workspaces
+from shared.store import activity, cards, outbox, workspaces
 from shared.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     card) and ``index_incompatible`` (the collection has another layout: every card of the batch
     stays pending until ``memarc index``). A retry of the same failure is recorded once: a card
     whose newest record already says the same outcome for the same revision gets no other
-    (:func:`shared.store.activity_log.record_projection_outcomes`).
+    (:func:`shared.store.activity.record_projection_outcomes`).
 
     :raises DatabaseUnavailable: PostgreSQL cannot be reached (the lease then expires and the
         operation is reclaimed by a later sweep).
@@ -155,7 +155,7 @@ async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max
     async with db.transaction(workspace) as conn:
         await outbox.fail(conn, op_ids, error, max_attempts)
         if said:
-            await activity_log.record_projection_outcomes(
+            await activity.record_projection_outcomes(
                 conn, workspace, actor=WORKER_ACTOR, verb=PROJECT_VERB, outcome=said[0],
                 failures=said[1])
 

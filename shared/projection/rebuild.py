@@ -46,7 +46,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from psycopg import AsyncConnection
 
 from shared.errors import DatabaseUnavailable
 from shared.index.embedding import Embedder
@@ -54,8 +53,8 @@ from shared.index.engine import IndexEngine
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.project import build_points
-from shared.store import activity_log, cards, outbox, rebuilds, workspaces
-from shared.store.database import Database, lock_workspace
+from shared.store import activity, cards, outbox, rebuilds, workspaces
+from shared.store.database import Connection, Database, lock_workspace
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def _inputs(revision: int, questions: list[str]) -> Inputs:
 
 
 async def _current(db: Database, workspace: str,
-                   conn: AsyncConnection | None = None) -> dict[uuid.UUID, Inputs]:
+                   conn: Connection | None = None) -> dict[uuid.UUID, Inputs]:
     """Every card's :data:`Inputs` now (read on ``conn`` when given, else in a transaction of
     its own)."""
     if conn is None:
@@ -100,7 +99,7 @@ async def _current(db: Database, workspace: str,
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                  language: str, target: str, ids: list[uuid.UUID],
                  written: dict[uuid.UUID, Inputs], privacy: PrivacyFilter,
-                 conn: AsyncConnection | None = None) -> int:
+                 conn: Connection | None = None) -> int:
     """Read ``ids`` now (on ``conn`` when given: the switch's locked transaction, which must
     not wait for a second pooled connection), write them into ``target``; returns how many
     existed."""
@@ -124,7 +123,7 @@ async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace
     return len(live)
 
 
-async def _read(conn: AsyncConnection,
+async def _read(conn: Connection,
                 ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Card], dict[uuid.UUID, list[str]]]:
     found: dict[uuid.UUID, Card] = await cards.get_many(conn, ids)
     return found, await cards.linked_questions(conn, list(found))
@@ -239,7 +238,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             if on_batch_written is not None:
                 await on_batch_written(target)
 
-        async def catch_up(conn: AsyncConnection | None) -> tuple[int, dict[uuid.UUID, Inputs]]:
+        async def catch_up(conn: Connection | None) -> tuple[int, dict[uuid.UUID, Inputs]]:
             """Write what changed since ``written`` (read on ``conn`` when given); returns how
             many cards that was and the current revisions."""
             current = await _current(db, workspace, conn)
@@ -284,7 +283,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 seconds=round(time.perf_counter() - started, 2), optimized=optimized)
             row = await rebuilds.finish(conn, rebuild_id, status="done",
                                         summary=msgspec.to_builtins(summary))
-            await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
+            await activity.record(conn, workspace, actor=row["requested_by"], verb="index",
                                       outcome="ok", detail=msgspec.to_builtins(summary))
         return row
     except asyncio.CancelledError:
@@ -314,7 +313,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 log.warning("could not drop abandoned collection %s", target)
         async with db.transaction(workspace) as conn:
             row = await rebuilds.finish(conn, rebuild_id, status="failed", error=message[:2000])
-            await activity_log.record(conn, workspace, actor=row["requested_by"], verb="index",
+            await activity.record(conn, workspace, actor=row["requested_by"], verb="index",
                                       outcome="failed", detail={"error": message[:500]})
         return row
     finally:

@@ -22,7 +22,7 @@ import msgspec
 from shared import models
 from shared.index.engine import IndexEngine
 from shared.models import card_id_str
-from shared.store import activity_log, outbox, workspaces
+from shared.store import activity, outbox, workspaces
 from shared.store.database import Database
 
 
@@ -93,7 +93,7 @@ async def audit(db: Database, index: IndexEngine, workspace: str, *, repair: boo
                                                       cards[cid]["revision"]))
             for pid in orphan + misplaced:
                 queued.append(await outbox.insert(conn, workspace, pid, "delete", None))
-            await activity_log.record(conn, workspace, actor=actor, verb="audit-repair",
+            await activity.record(conn, workspace, actor=actor, verb="audit-repair",
                                       outcome="ok", detail={"queued": len(queued)})
         report.repaired = True
         report.queued = queued

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
-from psycopg import AsyncConnection
 
 from shared import models
 from shared.auth import Principal
@@ -58,8 +57,8 @@ from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_l
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
 from shared.store import cards, outbox, verification, workspaces
-from shared.store import workflow as workflow_store
-from shared.store.database import Database
+from shared.store import sessions as session_rows
+from shared.store.database import Connection, Database
 
 MAX_ROUNDS = 3
 
@@ -88,7 +87,7 @@ class RecallTimings:
                 "expand": self.expand, "fetch": self.fetch}
 
 
-async def _candidates(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
+async def _candidates(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, CandidateRow]:
     """Verification rows of ``ids`` (missing cards absent), with their first links: one more
     than expansion follows, so that a card with more links than that is seen."""
     rows = await verification.candidate_rows(conn, ids, LINKS_PER_CARD + 1)
@@ -142,7 +141,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     async with db.transaction(workspace, role=role, read_only=True) as conn:
         language = (await workspaces.get(conn, workspace))["language"]
         if session is not None:
-            decided = await workflow_store.decided_card_ids(conn, session)
+            decided = await session_rows.decided_card_ids(conn, session)
     t0 = clock()
     dense, sparse = await embedder.embed_query(query_text, language)
     layout = layout or embedder.layout(language)
@@ -184,7 +183,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
             # every round reads its candidates afresh: eligibility is what this transaction sees
             if session is not None:
                 # the session's decided cards as this transaction sees them, under the lock
-                decided = await workflow_store.decided_card_ids(conn, session)
+                decided = await session_rows.decided_card_ids(conn, session)
             round_flt = _excluding(flt, decided)
             found = await _candidates(conn, [cid for cid, _ in fused])
             rows = {cid: found.get(cid) for cid, _ in fused}
@@ -230,7 +229,7 @@ def _excluding(flt: IndexFilter, decided: set[uuid.UUID]) -> IndexFilter:
     return msgspec.structs.replace(flt, exclude=flt.exclude + extra)
 
 
-async def _rank_and_read(conn: AsyncConnection, seeds: list[uuid.UUID],
+async def _rank_and_read(conn: Connection, seeds: list[uuid.UUID],
                          rows: dict[uuid.UUID, CandidateRow | None], flt: IndexFilter,
                          ranks: dict[str, dict[uuid.UUID, int]], top: int, expand: bool,
                          t: RecallTimings) -> tuple[list[RecallResult], Expansion]:

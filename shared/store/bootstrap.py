@@ -2,7 +2,8 @@
 API tokens.
 
 These talk to PostgreSQL directly with the migrator credentials. Everything else goes through the
-writer API.
+writer API. Each raises :class:`~shared.errors.BootstrapUnavailable` when PostgreSQL cannot be
+reached (:func:`~shared.store.database.bootstrap_errors`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from shared.errors import Conflict, InvalidInput, LockTimeout, NotFound
 from shared.models import LANGUAGES
-from shared.store.database import MIGRATOR_ROLE, Q
+from shared.store.database import MIGRATOR_ROLE, Q, bootstrap_errors
 
 WORKSPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -35,6 +36,7 @@ def _as_migrator(conn: psycopg.Connection) -> None:
     conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(MIGRATOR_ROLE)))
 
 
+@bootstrap_errors
 def create_workspace(migrator_url: str, schema: str, workspace: str, language: str = "en") -> dict[str, Any]:
     """Create a workspace (idempotent when the language matches).
 
@@ -51,22 +53,23 @@ def create_workspace(migrator_url: str, schema: str, workspace: str, language: s
                            field="language")
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
-        removal = conn.execute(Q.bootstrap_removal_pending, {"workspace": workspace}).fetchone()
+        removal = conn.execute(Q.bootstrap_removals_pending, {"workspace": workspace}).fetchone()
         if removal is not None:
             raise Conflict(f"workspace {workspace!r} was removed at {removal['removed_at']} and "
                            "a worker has not dropped its index collection yet: run the worker "
                            "(`memarc up` or `memarc worker`), then create it again",
                            removal_id=removal["id"])
-        row = conn.execute(Q.bootstrap_workspace_insert,
+        row = conn.execute(Q.bootstrap_workspaces_insert,
                            {"workspace": workspace, "language": language}).fetchone()
         if row is not None:
             return {**row, "created": True}
-        row = conn.execute(Q.bootstrap_workspace_get, {"workspace": workspace}).fetchone()
+        row = conn.execute(Q.bootstrap_workspaces_get, {"workspace": workspace}).fetchone()
         if row["language"] != language:
             raise InvalidInput(f"workspace {workspace!r} exists with language {row['language']!r}")
         return {**row, "created": False}
 
 
+@bootstrap_errors
 def create_token(migrator_url: str, schema: str, workspace: str, permissions: list[str], *,
                  database: str | None = None, db_schema: str | None = None,
                  label: str | None = None, expires_at: datetime | None = None) -> dict[str, Any]:
@@ -87,9 +90,9 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
     token, token_id = new_token(), uuid.uuid4()
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
-        if conn.execute(Q.bootstrap_workspace_get, {"workspace": workspace}).fetchone() is None:
+        if conn.execute(Q.bootstrap_workspaces_get, {"workspace": workspace}).fetchone() is None:
             raise NotFound(f"no workspace {workspace!r}")
-        conn.execute(Q.bootstrap_token_insert, {
+        conn.execute(Q.bootstrap_tokens_insert, {
             "id": token_id, "workspace": workspace, "digest": token_digest(token),
             "permissions": perms, "database": database, "schema": db_schema, "label": label,
             "expires_at": expires_at})
@@ -100,6 +103,7 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
     return created
 
 
+@bootstrap_errors
 def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any]:
     """Revoke a token by id.
 
@@ -111,21 +115,23 @@ def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any
         raise NotFound(f"no token {token_id!r}") from None
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
-        row = conn.execute(Q.bootstrap_token_revoke, {"id": tid}).fetchone()
+        row = conn.execute(Q.bootstrap_tokens_revoke, {"id": tid}).fetchone()
     if row is None:
         raise NotFound(f"no active token {token_id!r}")
     return {"revoked": str(row["id"]), "workspace": row["workspace_id"]}
 
 
+@bootstrap_errors
 def revoke_labelled_tokens(migrator_url: str, schema: str, workspace: str, label: str) -> int:
     """Revoke every active token of ``workspace`` labelled ``label`` (e.g. the tokens an earlier
     ``memarc up --demo`` printed) and return how many were revoked."""
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
-        return len(conn.execute(Q.bootstrap_token_revoke_labelled,
+        return len(conn.execute(Q.bootstrap_tokens_revoke_labelled,
                                 {"workspace": workspace, "label": label}).fetchall())
 
 
+@bootstrap_errors
 def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by: str, *,
                      lock_timeout: float = 30.0) -> dict[str, Any]:
     """Remove a workspace: its rows in every table that has a ``workspace_id`` column (cards,
@@ -146,17 +152,17 @@ def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by:
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
         try:
-            conn.execute(Q.bootstrap_workspace_lock, {
+            conn.execute(Q.bootstrap_workspaces_lock, {
                 "workspace": workspace, "lock_timeout": f"{int(lock_timeout * 1000)}ms"})
         except psycopg.errors.LockNotAvailable as exc:
             raise LockTimeout(f"workspace {workspace!r} stayed locked for {lock_timeout:g} s; "
                               "try again") from exc
-        if conn.execute(Q.bootstrap_workspace_get_for_update,
+        if conn.execute(Q.bootstrap_workspaces_get_for_update,
                         {"workspace": workspace}).fetchone() is None:
             raise NotFound(f"no workspace {workspace!r}")
         # the rows it owns, counted before anything is deleted (deleting links or cards fires
         # triggers that queue projection operations, deleted last)
-        tables = sorted((r["table_name"] for r in conn.execute(Q.bootstrap_workspace_tables)),
+        tables = sorted((r["table_name"] for r in conn.execute(Q.bootstrap_workspaces_tables)),
                         key=lambda t: (t == "projection_ops", t == "cards", t))
         counts = {t: n for t in tables
                   if (n := conn.execute(sql.SQL("SELECT count(*) AS n FROM {} WHERE "
@@ -165,9 +171,9 @@ def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by:
         for table in tables:  # explicitly, so a table without a cascading key goes too
             conn.execute(sql.SQL("DELETE FROM {} WHERE workspace_id = %s").format(
                 sql.Identifier(table)), [workspace])
-        conn.execute(Q.bootstrap_workspace_delete, {"workspace": workspace})
+        conn.execute(Q.bootstrap_workspaces_delete, {"workspace": workspace})
         counts["workspaces"] = 1
-        row = conn.execute(Q.bootstrap_removal_insert, {
+        row = conn.execute(Q.bootstrap_removals_insert, {
             "workspace": workspace, "removed_by": removed_by,
             "rows": Jsonb(counts)}).fetchone()
     return {"removal_id": row["id"], "workspace": row["workspace"],
@@ -175,6 +181,7 @@ def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by:
             "deleted_rows": row["deleted_rows"], "index_status": row["index_status"]}
 
 
+@bootstrap_errors
 def removal(migrator_url: str, schema: str, removal_id: int) -> dict[str, Any]:
     """A workspace removal's record: ``{id, workspace, removed_by, removed_at, deleted_rows,
     index_status (pending|done), index_done_at, index_error}``.
@@ -183,7 +190,7 @@ def removal(migrator_url: str, schema: str, removal_id: int) -> dict[str, Any]:
     """
     with _connect(migrator_url, schema) as conn, conn.transaction():
         _as_migrator(conn)
-        row = conn.execute(Q.bootstrap_removal_get, {"id": removal_id}).fetchone()
+        row = conn.execute(Q.bootstrap_removals_get, {"id": removal_id}).fetchone()
     if row is None:
         raise NotFound(f"no workspace removal {removal_id}")
     return row

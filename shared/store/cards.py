@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from shared import models
 from shared.errors import InvalidInput, NotFound, StaleRevision
 from shared.models import Card, CardWrite, Dependency, ImportCard, IncomingLink, Link, card_id_str
-from shared.store import workflow
+from shared.store import sessions
 from shared.store.database import Q
 
 
@@ -70,13 +70,13 @@ async def get(conn: AsyncConnection, card_uuid: uuid.UUID) -> Card:
 
 async def incoming_links(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[IncomingLink]:
     """Links into a card, by source id."""
-    cur = await conn.execute(Q.incoming_links, {"card_id": card_uuid})
+    cur = await conn.execute(Q.cards_links_incoming, {"card_id": card_uuid})
     return [IncomingLink(**row) for row in await cur.fetchall()]
 
 
 async def existing_ids(conn: AsyncConnection, ids: list[uuid.UUID]) -> set[uuid.UUID]:
     """The ids among ``ids`` that are cards of this workspace."""
-    cur = await conn.execute(Q.card_ids_existing, {"ids": ids})
+    cur = await conn.execute(Q.cards_ids_existing, {"ids": ids})
     return {row["id"] for row in await cur.fetchall()}
 
 
@@ -86,13 +86,13 @@ async def linked_questions(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[
     clarification's or rule's projection (:mod:`shared.projection.documents`)."""
     if not ids:
         return {}
-    cur = await conn.execute(Q.linked_questions, {"ids": ids})
+    cur = await conn.execute(Q.cards_linked_questions, {"ids": ids})
     return {row["target_id"]: list(row["questions"]) for row in await cur.fetchall()}
 
 
 async def revisions(conn: AsyncConnection) -> dict[uuid.UUID, int]:
     """Every card id of the workspace with its current revision, in id order."""
-    cur = await conn.execute(Q.card_revisions)
+    cur = await conn.execute(Q.cards_revisions)
     return {r["id"]: r["revision"] for r in await cur.fetchall()}
 
 
@@ -100,20 +100,20 @@ async def families(conn: AsyncConnection, ids: list[uuid.UUID]) -> dict[uuid.UUI
     """The family of each card of ``ids`` that exists."""
     if not ids:
         return {}
-    cur = await conn.execute(Q.card_families, {"ids": ids})
+    cur = await conn.execute(Q.cards_families, {"ids": ids})
     return {r["id"]: r["family"] for r in await cur.fetchall()}
 
 
 async def projection_inputs(conn: AsyncConnection) -> dict[uuid.UUID, tuple[int, list[str]]]:
     """Every card id of the workspace, in id order, with its revision and the questions of the
     solved cards linking to it (as :func:`linked_questions` gives them; ``[]`` when none)."""
-    cur = await conn.execute(Q.card_projection_inputs)
+    cur = await conn.execute(Q.cards_projection_inputs)
     return {r["id"]: (r["revision"], list(r["questions"] or ())) for r in await cur.fetchall()}
 
 
 async def family_counts(conn: AsyncConnection) -> dict[str, int]:
     """Cards per family."""
-    cur = await conn.execute(Q.family_counts)
+    cur = await conn.execute(Q.cards_family_counts)
     return {row["family"]: row["n"] for row in await cur.fetchall()}
 
 
@@ -162,19 +162,19 @@ def _card_row(workspace_id: str, card_uuid: uuid.UUID, body: CardWrite | ImportC
 async def _write_dependencies(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
                               deps: list[Dependency], replace: bool) -> None:
     if replace:
-        await conn.execute(Q.dependencies_delete, {"card_id": card_uuid})
+        await conn.execute(Q.cards_dependencies_delete, {"card_id": card_uuid})
     if deps:
         async with conn.cursor() as cur:
-            await cur.executemany(Q.dependency_insert, _dependency_rows(workspace_id, card_uuid, deps))
+            await cur.executemany(Q.cards_dependencies_insert, _dependency_rows(workspace_id, card_uuid, deps))
 
 
 async def _write_links(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
                        links: list[tuple[uuid.UUID, str]], replace: bool) -> None:
     if replace:
-        await conn.execute(Q.links_delete_outgoing, {"card_id": card_uuid})
+        await conn.execute(Q.cards_links_delete_outgoing, {"card_id": card_uuid})
     if links:
         async with conn.cursor() as cur:
-            await cur.executemany(Q.link_insert, [
+            await cur.executemany(Q.cards_links_insert, [
                 {"workspace": workspace_id, "source_id": card_uuid, "target_id": t, "meaning": m}
                 for t, m in links
             ])
@@ -189,7 +189,7 @@ async def insert(conn: AsyncConnection, workspace_id: str, body: CardWrite | Imp
     :returns: ``(card uuid, revision)``.
     """
     card_uuid = card_uuid or uuid.uuid4()
-    cur = await conn.execute(Q.card_insert, _card_row(workspace_id, card_uuid, body, origin, source))
+    cur = await conn.execute(Q.cards_insert, _card_row(workspace_id, card_uuid, body, origin, source))
     revision = (await cur.fetchone())["revision"]
     await _write_dependencies(conn, workspace_id, card_uuid, body.dependencies, replace=False)
     if links:
@@ -206,16 +206,16 @@ async def insert_imported(conn: AsyncConnection, workspace_id: str, lines: list[
     self-links refused there).
     """
     async with conn.cursor() as cur:
-        await cur.executemany(Q.card_insert_imported, [
+        await cur.executemany(Q.cards_insert_imported, [
             {**_card_row(workspace_id, refs[c.key], c, c.origin or "import", c.source),
              "import_key": c.key} for c in lines])
-        await cur.executemany(Q.dependency_insert, [
+        await cur.executemany(Q.cards_dependencies_insert, [
             row for c in lines for row in _dependency_rows(workspace_id, refs[c.key], c.dependencies)])
         link_rows = [{"workspace": workspace_id, "source_id": refs[c.key],
                       "target_id": refs[link.target], "meaning": link.meaning.strip()}
                      for c in lines for link in c.links]
         if link_rows:
-            await cur.executemany(Q.link_insert, link_rows)
+            await cur.executemany(Q.cards_links_insert, link_rows)
 
 
 async def ids_by_key(conn: AsyncConnection, keys: list[str]) -> dict[str, uuid.UUID]:
@@ -239,7 +239,7 @@ async def unkeyed_imported(conn: AsyncConnection) -> list[Card]:
 async def set_import_keys(conn: AsyncConnection, keys: dict[str, uuid.UUID]) -> None:
     """Give cards without an import key the keys that adopted them (``{key: card id}``); their
     content, revision and timestamps stay as they are."""
-    await conn.execute(Q.card_set_import_keys, {"ids": list(keys.values()), "keys": list(keys)})
+    await conn.execute(Q.cards_set_import_keys, {"ids": list(keys.values()), "keys": list(keys)})
 
 
 #: Rows a server-side cursor of an export fetches per round trip.
@@ -274,10 +274,10 @@ async def update(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
     :raises NotFound: no such card. :raises InvalidInput: the family would change.
     :raises StaleRevision: the card has another revision.
     """
-    row = await (await conn.execute(Q.card_revision_for_update, {"id": card_uuid})).fetchone()
+    row = await (await conn.execute(Q.cards_revision_for_update, {"id": card_uuid})).fetchone()
     if row is None:
         raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
-    family = (await (await conn.execute(Q.card_family, {"id": card_uuid})).fetchone())["family"]
+    family = (await (await conn.execute(Q.cards_family, {"id": card_uuid})).fetchone())["family"]
     if family != body.family:
         raise InvalidInput(f"a card's family cannot change ({family} -> {body.family}); create a "
                            "new card instead", field="family")
@@ -287,7 +287,7 @@ async def update(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
             f"the update edits revision {body.revision}",
             current_revision=row["revision"],
         )
-    cur = await conn.execute(Q.card_update, {
+    cur = await conn.execute(Q.cards_update, {
         "id": card_uuid, "revision": body.revision, "family": body.family, "title": body.title,
         "scope": body.scope, "concepts": body.concepts, "content": Jsonb(body.content),
     })
@@ -310,11 +310,11 @@ async def add_links(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UU
 async def delete(conn: AsyncConnection, card_uuid: uuid.UUID) -> None:
     """Delete a card; dependencies, links both ways and its projection row cascade, and its
     content is erased from the session archive in the same transaction
-    (:func:`shared.store.workflow.erase_card`).
+    (:func:`shared.store.sessions.erase_card`).
 
     :raises NotFound: no such card.
     """
-    row = await (await conn.execute(Q.card_delete, {"id": card_uuid})).fetchone()
+    row = await (await conn.execute(Q.cards_delete, {"id": card_uuid})).fetchone()
     if row is None:
         raise NotFound(f"no card {card_id_str(card_uuid)} in this workspace")
-    await workflow.erase_card(conn, card_uuid)
+    await sessions.erase_card(conn, card_uuid)

@@ -9,27 +9,37 @@ take the same lock in shared mode (DESIGN §3, §5).
 Runtime SQL lives in ``shared/store/queries.sql`` under ``-- name: <query>`` headers and is referred
 to by name (``Q.cards_get``), only from the store modules beside this one
 (``tests/test_store_queries.py`` checks it).
+
+Driver errors are translated here, once, into the archive's errors (:mod:`shared.errors`), as
+procrastinate's ``wrap_exceptions`` does: :meth:`Database.connection` for every runtime
+transaction, :func:`savepoint` for a part of one, :func:`bootstrap_errors` for the migrator's
+commands. No module above the store imports the driver.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from shared.errors import (DatabaseUnavailable, InvalidInput, LockTimeout, PoolExhausted,
-                           SchemaOutdated, TransactionConflict)
+from shared.errors import (BootstrapUnavailable, DatabaseUnavailable, IntegrityViolation,
+                           InvalidInput, LockTimeout, PoolExhausted, SchemaOutdated,
+                           StatementCanceled, TransactionConflict)
 
 log = logging.getLogger(__name__)
+
+#: a connection of a transaction (:meth:`Database.transaction`), as the store functions take it
+Connection = AsyncConnection
 
 RUNTIME_ROLE = "memarc_runtime"
 READER_ROLE = "memarc_reader"
@@ -84,9 +94,14 @@ def expected_schema_version() -> int:
     return max(expected_schema_versions(), default=0)
 
 
-def translate_db_error(exc: BaseException) -> DatabaseUnavailable:
-    """Map a connection-level driver error to the archive's 503 error."""
-    return DatabaseUnavailable(f"PostgreSQL is unavailable: {type(exc).__name__}")
+_Unavailable = TypeVar("_Unavailable", DatabaseUnavailable, StatementCanceled)
+
+
+def translate_db_error(exc: BaseException,
+                       kind: type[_Unavailable] = DatabaseUnavailable) -> _Unavailable:
+    """Map a connection-level driver error to the archive's 503 ``database_unavailable`` (the
+    one place its text is written)."""
+    return kind(f"PostgreSQL is unavailable: {type(exc).__name__}")
 
 
 #: What PostgreSQL answers when the archive schema was dropped or altered under a running
@@ -166,6 +181,13 @@ class Database:
         :raises LockTimeout: a lock was not granted within ``lock_timeout``.
         :raises TransactionConflict: PostgreSQL aborted the transaction for a deadlock or a
             serialization failure (503 ``transaction_conflict``; the server stays marked up).
+        :raises StatementCanceled: PostgreSQL canceled a statement (503 ``database_unavailable``;
+            the server stays marked up).
+        :raises InvalidInput: a value PostgreSQL cannot store.
+
+        Other driver errors (a constraint a write breaks, a missing privilege) pass unchanged: a
+        store function that expects one catches it (or its caller uses :func:`savepoint`);
+        anywhere else it is a bug, which the writer answers 500.
         """
         if self._unreachable:
             await self._probe()
@@ -186,9 +208,9 @@ class Database:
                               "try again") from exc
         except SCHEMA_ERRORS as exc:
             raise translate_schema_error(exc) from exc
+        except psycopg.errors.QueryCanceled as exc:  # the server answers: not marked unreachable
+            raise translate_db_error(exc, StatementCanceled) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            if isinstance(exc, psycopg.errors.QueryCanceled):
-                raise
             self._unreachable = True
             raise translate_db_error(exc) from exc
         finally:
@@ -273,8 +295,8 @@ class Database:
             setup.insert(0, sql.SQL("set_config('transaction_read_only', 'on', true)"))
         if lock is not None:  # bounded wait (lock_timeout is set before the lock is asked for)
             setup.append(sql.SQL("set_config('lock_timeout', %(lock_timeout)s, true)"))
-            setup.append(sql.SQL(Q.workspace_lock_expr if lock == "exclusive"
-                                 else Q.workspace_lock_shared_expr))
+            setup.append(sql.SQL(Q.database_workspace_lock_expr if lock == "exclusive"
+                                 else Q.database_workspace_lock_shared_expr))
         statement = sql.SQL("SELECT ") + sql.SQL(", ").join(setup)
         params = {"role": RUNTIME_ROLE if role == "runtime" else READER_ROLE,
                   "workspace": workspace or "", "lock_timeout": f"{int(self.lock_timeout * 1000)}ms"}
@@ -327,5 +349,38 @@ async def lock_workspace(conn: AsyncConnection, workspace: str) -> None:
     ``lock="exclusive"``) in a transaction already open on ``conn``; it is released when the
     transaction ends, and no write of the workspace commits until then (an index rebuild's
     switch, see :mod:`shared.projection.rebuild`)."""
-    await conn.execute(sql.SQL("SELECT ") + sql.SQL(Q.workspace_lock_expr),
+    await conn.execute(sql.SQL("SELECT ") + sql.SQL(Q.database_workspace_lock_expr),
                        {"workspace": workspace})
+
+
+@asynccontextmanager
+async def savepoint(conn: Connection) -> AsyncIterator[Connection]:
+    """A savepoint in the transaction open on ``conn``: when the block raises, only its writes are
+    undone and the transaction goes on.
+
+    :raises IntegrityViolation: PostgreSQL refused a write of the block (a reference or a
+        uniqueness rule), with PostgreSQL's message.
+    """
+    try:
+        async with conn.transaction():
+            yield conn
+    except psycopg.errors.IntegrityError as exc:
+        raise IntegrityViolation(str(exc)) from exc
+
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def bootstrap_errors(func: _F) -> _F:
+    """Decorate a bootstrap function (migrator credentials, synchronous): a connection-level
+    driver error it raises is raised as :class:`~shared.errors.BootstrapUnavailable`, whose
+    message is the driver error's type and text."""
+
+    @functools.wraps(func)
+    def wrapped(*args: object, **kwargs: object) -> object:
+        try:
+            return func(*args, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise BootstrapUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    return wrapped  # type: ignore[return-value]

@@ -2,7 +2,7 @@
 
 One :class:`ListQuery` serves the API list, the CLI list and the explorer list. The WHERE clause
 is composed here with :mod:`psycopg.sql` (values always bound); the text search runs through the
-owner function ``card_text_matches`` (migration 004) over the card's visible text (the
+owner function ``listing_text_matches`` (migration 004) over the card's visible text (the
 ``search_text`` column of migration 008, lower-cased since 015: title, scope, concepts and content
 values, never the content's keys or JSON syntax); a list page with text search comes from one
 statement over ``card_text_match_rows`` (015), which returns the matching cards' listed columns.
@@ -85,7 +85,7 @@ async def text_matches(conn: AsyncConnection, query: ListQuery) -> list[uuid.UUI
     pattern = _text_pattern(query)
     if pattern is None:
         return None
-    cur = await conn.execute(Q.card_text_matches, {"pattern": pattern})
+    cur = await conn.execute(Q.listing_text_matches, {"pattern": pattern})
     return [row["id"] for row in await cur.fetchall()]
 
 

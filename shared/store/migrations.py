@@ -16,17 +16,10 @@ from urllib.parse import unquote, urlsplit
 import psycopg
 from psycopg import sql
 
-from shared.errors import ArchiveError
-from shared.store.database import MIGRATIONS_DIR, READER_ROLE, RUNTIME_ROLE
+from shared.errors import MigrationError
+from shared.store.database import MIGRATIONS_DIR, READER_ROLE, RUNTIME_ROLE, bootstrap_errors
 
 _MIGRATION_LOCK = 0x6D656D617263  # "memarc"
-
-
-class MigrationError(ArchiveError):
-    """The migrations cannot be applied."""
-
-    status = 500
-    code = "migration_error"
 
 
 @dataclass(frozen=True)
@@ -63,6 +56,7 @@ def login_of(url: str) -> str | None:
     return unquote(user) if user else None
 
 
+@bootstrap_errors
 def migrate(migrator_url: str, schema: str = "memory", runtime_login: str | None = None,
             folder: Path = MIGRATIONS_DIR, notices: list[str] | None = None) -> list[str]:
     """Apply pending migrations; returns the names applied (empty on a no-op re-run).
@@ -73,7 +67,7 @@ def migrate(migrator_url: str, schema: str = "memory", runtime_login: str | None
         ``"<migration name>: <message>"``, for the caller to show: what the operator must know
         (an extension missing, tokens widened by 010).
     :raises MigrationError: an applied migration's file was edited, or a file failed.
-    :raises psycopg.OperationalError: PostgreSQL cannot be reached.
+    :raises BootstrapUnavailable: PostgreSQL cannot be reached.
     """
     migrations = load_migrations(folder)
     applied: list[str] = []

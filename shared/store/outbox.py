@@ -30,7 +30,7 @@ async def check_projection_format(db: Database) -> None:
     :raises DatabaseUnavailable: PostgreSQL cannot be reached.
     """
     async with db.transaction(None, read_only=True) as conn:
-        row = await (await conn.execute(Q.projection_format_latest)).fetchone()
+        row = await (await conn.execute(Q.outbox_projection_format_latest)).fetchone()
     recorded = row["format"] if row else None
     if recorded != models.PROJECTION_FORMAT:
         raise SchemaOutdated(
@@ -45,7 +45,7 @@ async def insert(conn: AsyncConnection, workspace_id: str, card_uuid: uuid.UUID,
                  revision: int | None) -> int:
     """Queue a projection operation (``op``: ``upsert`` at ``revision``, or ``delete`` with
     ``revision`` None); returns its id."""
-    cur = await conn.execute(Q.op_insert, {"workspace": workspace_id, "card_id": card_uuid,
+    cur = await conn.execute(Q.outbox_insert, {"workspace": workspace_id, "card_id": card_uuid,
                                            "op": op, "revision": revision})
     return (await cur.fetchone())["id"]
 
@@ -56,7 +56,7 @@ async def insert_upsert_coalesced(conn: AsyncConnection, workspace_id: str,
     upsert when it has one (a review that creates a clause and a solved question linking to it
     gets the clause queued once, by the link's trigger and by the review alike); returns the
     operation's id."""
-    cur = await conn.execute(Q.op_upsert_coalesced, {"workspace": workspace_id,
+    cur = await conn.execute(Q.outbox_upsert_coalesced, {"workspace": workspace_id,
                                                      "card_id": card_uuid, "revision": revision})
     return (await cur.fetchone())["id"]
 
@@ -65,7 +65,7 @@ async def insert_upserts(conn: AsyncConnection, workspace_id: str,
                          card_ids: list[uuid.UUID]) -> list[int]:
     """Queue one upsert per card at its current revision (a bulk import) unless the card has a
     pending one already; returns the ids of the cards' pending upserts, in id order."""
-    cur = await conn.execute(Q.ops_insert_bulk, {"workspace": workspace_id, "ids": card_ids})
+    cur = await conn.execute(Q.outbox_insert_bulk, {"workspace": workspace_id, "ids": card_ids})
     return [r["id"] for r in await cur.fetchall()]
 
 
@@ -77,7 +77,7 @@ async def lease(conn: AsyncConnection, workspace_id: str, op_id: int | None, *, 
 
     :returns: ``[{id, card_id, op, revision, attempts}]``.
     """
-    cur = await conn.execute(Q.ops_claim, {
+    cur = await conn.execute(Q.outbox_claim, {
         "workspace": workspace_id, "op_id": op_id if op_id is not None else -1, "batch": batch,
         "limit": limit, "lease_seconds": lease_seconds})
     return await cur.fetchall()
@@ -86,35 +86,35 @@ async def lease(conn: AsyncConnection, workspace_id: str, op_id: int | None, *, 
 async def fail(conn: AsyncConnection, op_ids: list[int], error: str, max_attempts: int) -> None:
     """Give leased operations back with ``error`` (its first 2,000 characters): ``pending``
     again, or ``failed`` once they have had ``max_attempts`` attempts."""
-    await conn.execute(Q.ops_fail, {"ids": op_ids, "error": error[:2000],
+    await conn.execute(Q.outbox_fail, {"ids": op_ids, "error": error[:2000],
                                     "max_attempts": max_attempts})
 
 
 async def complete(conn: AsyncConnection, op_ids: list[int]) -> None:
     """Mark operations done."""
-    await conn.execute(Q.ops_complete, {"ids": op_ids})
+    await conn.execute(Q.outbox_complete, {"ids": op_ids})
 
 
 async def complete_for_deleted(conn: AsyncConnection, card_ids: Iterable[uuid.UUID]) -> None:
     """Complete every open operation of cards that are gone (their points were deleted)."""
     for cid in card_ids:
-        await conn.execute(Q.ops_supersede_deleted, {"card_id": cid})
+        await conn.execute(Q.outbox_supersede_deleted, {"card_id": cid})
 
 
 async def complete_deletes(conn: AsyncConnection) -> None:
     """Complete every open deletion (a rebuilt collection holds current cards only)."""
-    await conn.execute(Q.ops_complete_deletes)
+    await conn.execute(Q.outbox_complete_deletes)
 
 
 async def reset_for_retry(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int]:
     """Put a card's failed and pending operations back to ``pending``; returns their ids."""
-    cur = await conn.execute(Q.ops_reset_for_retry, {"card_id": card_uuid})
+    cur = await conn.execute(Q.outbox_reset_for_retry, {"card_id": card_uuid})
     return [r["id"] for r in await cur.fetchall()]
 
 
 async def open_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int]:
     """Ids of a card's operations that are not done, oldest first."""
-    cur = await conn.execute(Q.ops_open_for_card, {"card_id": card_uuid})
+    cur = await conn.execute(Q.outbox_open_for_card, {"card_id": card_uuid})
     return [r["id"] for r in await cur.fetchall()]
 
 
@@ -122,13 +122,13 @@ async def open_for_sweep(conn: AsyncConnection, workspace_id: str,
                          limit: int) -> list[tuple[int, int]]:
     """``[(id, attempts)]`` of at most ``limit`` claimable operations of a workspace (pending, or
     running with an expired lease), oldest first; ``attempts`` is how often each was leased."""
-    cur = await conn.execute(Q.ops_open_for_sweep, {"workspace": workspace_id, "limit": limit})
+    cur = await conn.execute(Q.outbox_open_for_sweep, {"workspace": workspace_id, "limit": limit})
     return [(r["id"], r["attempts"]) for r in await cur.fetchall()]
 
 
 async def workspaces_with_open_operations(conn: AsyncConnection) -> list[str]:
     """Workspaces with a claimable operation, across workspaces (a definer function)."""
-    cur = await conn.execute(Q.sweep_workspaces)
+    cur = await conn.execute(Q.outbox_sweep_workspaces)
     return [r["workspace_id"] for r in await cur.fetchall()]
 
 
@@ -136,22 +136,22 @@ async def pending(conn: AsyncConnection, limit: int = 100,
                   offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     """Incomplete operations (pending, running, failed) of the workspace, oldest first, with
     card title and age in seconds, and their total count."""
-    cur = await conn.execute(Q.ops_pending_list, {"limit": limit, "offset": offset})
+    cur = await conn.execute(Q.outbox_pending_list, {"limit": limit, "offset": offset})
     rows = await cur.fetchall()
-    total = (await (await conn.execute(Q.ops_pending_count)).fetchone())["n"]
+    total = (await (await conn.execute(Q.outbox_pending_count)).fetchone())["n"]
     return rows, total
 
 
 async def pending_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[dict[str, Any]]:
     """A card's incomplete operations ``{id, op, revision, status, attempts, last_error,
     created_at, age_seconds}``, oldest first."""
-    cur = await conn.execute(Q.ops_pending_list_for_card, {"card_id": card_uuid})
+    cur = await conn.execute(Q.outbox_pending_list_for_card, {"card_id": card_uuid})
     return await cur.fetchall()
 
 
 async def open_deletions(conn: AsyncConnection) -> set[uuid.UUID]:
     """Card ids with a pending or running deletion."""
-    cur = await conn.execute(Q.audit_open_deletes)
+    cur = await conn.execute(Q.outbox_audit_open_deletes)
     return {r["card_id"] for r in await cur.fetchall()}
 
 
@@ -170,7 +170,7 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
     figures = QueueFigures(workspaces=[], lag_buckets=[0] * (len(lag_bounds) + 1), lag_sum=0.0)
     for workspace_id in ids:
         async with db.transaction(workspace_id, read_only=True) as conn:
-            rows = await (await conn.execute(Q.ops_queue_summary, params)).fetchall()
+            rows = await (await conn.execute(Q.outbox_queue_summary, params)).fetchall()
         queue = WorkspaceQueue(workspace=workspace_id)
         for row in rows:
             queue.by_status[row["status"]] = queue.by_status.get(row["status"], 0) + row["n"]
@@ -197,7 +197,7 @@ async def open_upserts(conn: AsyncConnection,
     job. Nothing is locked: writers never wait for a projection."""
     if not card_ids:
         return []
-    rows = await (await conn.execute(Q.ops_open_upserts, {"ids": card_ids})).fetchall()
+    rows = await (await conn.execute(Q.outbox_open_upserts, {"ids": card_ids})).fetchall()
     return [(r["id"], r["updated_at"]) for r in rows]
 
 
@@ -214,34 +214,34 @@ async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID
     ids = None if only is None else [i for i, _ in only]
     stamps = None if only is None else [t for _, t in only]
     async with conn.cursor() as cur:
-        await cur.executemany(Q.projection_record, [
+        await cur.executemany(Q.outbox_projection_record, [
             {"card_id": cid, "revision": rev, "format": models.PROJECTION_FORMAT}
             for cid, rev in revisions.items()])
-        await cur.executemany(Q.ops_supersede, [
+        await cur.executemany(Q.outbox_supersede, [
             {"card_id": cid, "revision": rev, "only_ids": ids, "only_stamps": stamps}
             for cid, rev in revisions.items()])
 
 
 async def forget_projections(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> None:
     """Drop the recorded projections of cards whose points were removed."""
-    await conn.execute(Q.projection_forget, {"ids": card_ids})
+    await conn.execute(Q.outbox_projection_forget, {"ids": card_ids})
 
 
 async def projection_state(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, Any] | None:
     """``{revision, projected_revision, projected_format}`` of a card, or None when it is gone."""
-    return await (await conn.execute(Q.projection_state, {"card_id": card_uuid})).fetchone()
+    return await (await conn.execute(Q.outbox_projection_state, {"card_id": card_uuid})).fetchone()
 
 
 async def projection_counts(conn: AsyncConnection) -> dict[str, int]:
     """``{cards, current}``: how many cards the workspace has and how many are projected."""
-    return await (await conn.execute(Q.projection_counts,
+    return await (await conn.execute(Q.outbox_projection_counts,
                                      {"format": models.PROJECTION_FORMAT})).fetchone()
 
 
 async def card_projections(conn: AsyncConnection) -> list[dict[str, Any]]:
     """Every card ``{id, revision, projected_revision, projected_format, has_open_op}``: its
     recorded projection and whether a pending or running operation is open for it."""
-    return await (await conn.execute(Q.audit_cards)).fetchall()
+    return await (await conn.execute(Q.outbox_audit_cards)).fetchall()
 
 
 # ---- projection locks (transaction-scoped advisory locks) ----
@@ -252,19 +252,19 @@ async def lock_for_projection(conn: AsyncConnection, workspace_id: str,
     """What a projection job holds while it projects ``card_ids``: the workspace's projection
     lock in shared mode (a rebuild's switch waits for it) and each card's lock, taken in the
     order given (pass them sorted: two jobs then never deadlock)."""
-    await conn.execute(Q.projection_lock_shared, {"workspace": workspace_id})
+    await conn.execute(Q.outbox_projection_lock_shared, {"workspace": workspace_id})
     for cid in card_ids:
-        await conn.execute(Q.card_projection_lock, {"card_id": cid})
+        await conn.execute(Q.outbox_card_projection_lock, {"card_id": cid})
 
 
 async def lock_collection_creation(conn: AsyncConnection, workspace_id: str) -> None:
     """The workspace's collection-creation lock, until the transaction ends: taken by a
     projection job that finds no collection, before it creates one, so that concurrent first
     projections (several workers, ``worker_jobs`` > 1) create exactly one."""
-    await conn.execute(Q.collection_creation_lock, {"workspace": workspace_id})
+    await conn.execute(Q.outbox_collection_creation_lock, {"workspace": workspace_id})
 
 
 async def lock_projections_exclusive(conn: AsyncConnection, workspace_id: str) -> None:
     """The workspace's projection lock, exclusively: no projection job is in flight until the
     transaction ends (a rebuild's switch)."""
-    await conn.execute(Q.projection_lock_exclusive, {"workspace": workspace_id})
+    await conn.execute(Q.outbox_projection_lock_exclusive, {"workspace": workspace_id})

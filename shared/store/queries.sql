@@ -2,29 +2,42 @@
 -- shared/store/ run them; each section names the module that does.
 -- Every query runs inside Database.transaction(): role and workspace (RLS) are already set.
 
--- ==== transactions (shared/store/database.py) ====
+-- ==== database: transactions (shared/store/database.py) ====
 -- The workspace advisory lock, as expressions for the one-statement transaction set-up.
--- name: workspace_lock_expr
+-- name: database_workspace_lock_expr
+-- The workspace's write lock (exclusive), as an expression for the transaction's set-up.
 pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0))
 
--- name: workspace_lock_shared_expr
+-- name: database_workspace_lock_shared_expr
+-- The workspace's lock in shared mode (recall's reads), as an expression for the set-up.
 pg_advisory_xact_lock_shared(hashtextextended('memarc.workspace:' || %(workspace)s, 0))
 
 -- ==== workspaces (shared/store/workspaces.py) ====
--- name: workspace_get
+-- name: workspaces_get
+-- The workspace row, or nothing when it does not exist.
 SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
 
--- name: workspace_list
+-- name: workspaces_list
+-- Every workspace in id order, through a definer function (the explorer's list, the sweep).
 SELECT id, language, created_at FROM workspace_list();
 
--- ==== cards, dependencies, links (shared/store/cards.py) ====
--- name: card_insert
+-- name: workspaces_removals_pending
+-- Removed workspaces whose index collection is still to drop (the worker's sweep).
+SELECT id, workspace FROM workspace_removals_pending();
+
+-- name: workspaces_removals_index_result
+-- Record the sweep's attempt to drop a removed workspace's collection (error NULL: done).
+SELECT workspace_removal_index_result(%(id)s, %(error)s);
+
+-- ==== cards: cards, dependencies, links (shared/store/cards.py) ====
+-- name: cards_insert
+-- Insert a new card; returns its first revision.
 INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content)
 VALUES (%(workspace)s, %(id)s, %(family)s, %(title)s, %(scope)s, %(origin)s, %(source)s,
         %(concepts)s, %(content)s)
 RETURNING revision;
 
--- name: card_insert_imported
+-- name: cards_insert_imported
 -- A card of an import, which remembers its line's key (migration 011).
 INSERT INTO cards (workspace_id, id, family, title, scope, origin, source, concepts, content,
                    import_key)
@@ -43,7 +56,7 @@ WHERE card_key(c.import_key, c.id) COLLATE "C" = ANY(%(keys)s::text[]);
 -- cards_unkeyed_import_idx).
 SELECT id FROM cards WHERE import_key IS NULL AND origin = 'import' ORDER BY created_at, id;
 
--- name: card_set_import_keys
+-- name: cards_set_import_keys
 -- Give cards imported before migration 011 the keys of the lines that adopted them (%(ids)s and
 -- %(keys)s side by side); nothing else of the card changes.
 UPDATE cards c SET import_key = a.key
@@ -70,26 +83,31 @@ FROM cards c
 WHERE c.family = ANY(%(families)s::text[])
 ORDER BY card_key(c.import_key, c.id) COLLATE "C";
 
--- name: card_update
+-- name: cards_update
+-- Replace a card's fields at the revision the caller edits, and bump it; no row when stale.
 UPDATE cards
 SET family = %(family)s, title = %(title)s, scope = %(scope)s, concepts = %(concepts)s,
     content = %(content)s, revision = revision + 1, updated_at = now()
 WHERE id = %(id)s AND revision = %(revision)s
 RETURNING revision;
 
--- name: card_revision_for_update
+-- name: cards_revision_for_update
+-- A card's current revision, locking its row until the transaction ends.
 SELECT revision FROM cards WHERE id = %(id)s FOR UPDATE;
 
--- name: card_family
+-- name: cards_family
+-- The family of one card (an update keeps it).
 SELECT family FROM cards WHERE id = %(id)s;
 
--- name: card_delete
+-- name: cards_delete
+-- Delete a card (dependencies, links both ways and its projection row cascade).
 DELETE FROM cards WHERE id = %(id)s RETURNING id;
 
--- name: card_ids_existing
+-- name: cards_ids_existing
+-- The ids among %(ids)s that are cards of the workspace (link targets that exist).
 SELECT id FROM cards WHERE id = ANY(%(ids)s);
 
--- name: linked_questions
+-- name: cards_linked_questions
 -- Per target card, the questions of the solved questions linking to it, by the source's id.
 SELECT l.target_id, array_agg(s.content->>'question' ORDER BY s.id) AS questions
 FROM card_links l JOIN cards s ON s.id = l.source_id
@@ -97,15 +115,17 @@ WHERE l.target_id = ANY(%(ids)s) AND s.family = 'solved_question'
   AND coalesce(s.content->>'question', '') <> ''
 GROUP BY l.target_id;
 
--- name: card_families
+-- name: cards_families
+-- The family of each existing card among %(ids)s.
 SELECT id, family FROM cards WHERE id = ANY(%(ids)s);
 
--- name: card_revisions
+-- name: cards_revisions
+-- Every card of the workspace with its current revision, in id order.
 SELECT id, revision FROM cards ORDER BY id;
 
--- name: card_projection_inputs
+-- name: cards_projection_inputs
 -- Every card with its revision and the questions of the solved cards linking to it (as
--- linked_questions gives them; NULL when none): what its projection is made of, so that a
+-- cards_linked_questions gives them; NULL when none): what its projection is made of, so that a
 -- rebuild's catch-up sees a linking question that changed although the card's revision did not.
 SELECT c.id, c.revision, lq.questions
 FROM cards c LEFT JOIN (
@@ -115,18 +135,22 @@ FROM cards c LEFT JOIN (
     GROUP BY l.target_id) lq ON lq.target_id = c.id
 ORDER BY c.id;
 
--- name: dependencies_delete
+-- name: cards_dependencies_delete
+-- Remove a card's dependency entries (before its new ones are written).
 DELETE FROM card_dependencies WHERE card_id = %(card_id)s;
 
--- name: dependency_insert
+-- name: cards_dependencies_insert
+-- One dependency entry of a card, at its ordinal.
 INSERT INTO card_dependencies (workspace_id, card_id, ordinal, database_name, schema_name,
                                table_name, column_name)
 VALUES (%(workspace)s, %(card_id)s, %(ordinal)s, %(database)s, %(schema)s, %(table)s, %(column)s);
 
--- name: links_delete_outgoing
+-- name: cards_links_delete_outgoing
+-- Remove a card's outgoing links (before its new ones are written).
 DELETE FROM card_links WHERE source_id = %(card_id)s;
 
--- name: link_insert
+-- name: cards_links_insert
+-- One outgoing link of a card, with its meaning.
 INSERT INTO card_links (workspace_id, source_id, target_id, meaning)
 VALUES (%(workspace)s, %(source_id)s, %(target_id)s, %(meaning)s);
 
@@ -149,24 +173,26 @@ FROM cards c
 LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = ANY(%(ids)s);
 
--- name: incoming_links
+-- name: cards_links_incoming
+-- The links into a card, with each source's title, by source id.
 SELECT 'mem-' || l.source_id::text AS source, c.title, l.meaning
 FROM card_links l JOIN cards c ON c.id = l.source_id
 WHERE l.target_id = %(card_id)s
 ORDER BY l.source_id;
 
--- name: family_counts
+-- name: cards_family_counts
+-- How many cards the workspace has per family.
 SELECT family, count(*) AS n FROM cards GROUP BY family ORDER BY family;
 
 -- ==== listing (shared/store/listing.py; the rest of a listing is composed there) ====
--- name: card_text_matches
+-- name: listing_text_matches
 -- Cards of the workspace whose visible text (title, scope, concepts, content values: the
 -- search_text column of migration 008, lower-cased by 015) matches an (escaped) ILIKE pattern,
 -- case-insensitively; see migration 004 for why this is a function.
 SELECT card_text_matches(%(pattern)s) AS id;
 
--- ==== recall verification (shared/store/verification.py) ====
--- name: recall_candidates
+-- ==== verification: recall's verification rows (shared/store/verification.py) ====
+-- name: verification_candidates
 -- Verification rows for index hits: what the filters and the projection check need, and the
 -- first %(per_card)s outgoing link targets in target-id order for expansion (DESIGN §5.3).
 SELECT c.id, c.family, c.scope, c.concepts, c.revision,
@@ -180,18 +206,18 @@ FROM cards c
 LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = ANY(%(ids)s);
 
--- ==== the outbox: projection operations, recorded projections, projection locks
--- (shared/store/outbox.py) ====
--- name: op_insert
+-- ==== outbox: projection operations, recorded projections, locks (shared/store/outbox.py) ====
+-- name: outbox_insert
+-- Queue one projection operation (an upsert at a revision, or a delete); returns its id.
 INSERT INTO projection_ops (workspace_id, card_id, op, revision)
 VALUES (%(workspace)s, %(card_id)s, %(op)s, %(revision)s)
 RETURNING id;
 
--- name: op_upsert_coalesced
+-- name: outbox_upsert_coalesced
 -- An upsert at %(revision)s for a card, folded into the card's pending upsert when it has one
 -- (queued earlier in the same transaction by migration 006's triggers, say): that operation
 -- takes the new revision and a new updated_at (a projection in flight that read the card
--- before this change then leaves it pending: ops_open_upserts). Returns the operation's id.
+-- before this change then leaves it pending: outbox_open_upserts). Returns the operation's id.
 WITH folded AS (
     UPDATE projection_ops SET revision = %(revision)s, updated_at = clock_timestamp()
     WHERE id = (SELECT id FROM projection_ops
@@ -206,11 +232,11 @@ WITH folded AS (
 )
 SELECT id FROM folded UNION ALL SELECT id FROM inserted;
 
--- name: ops_insert_bulk
+-- name: outbox_insert_bulk
 -- One pending upsert per card (bulk import), at the cards' current revision: inserted where the
 -- card has none (the links of an import queue their targets through migration 006's triggers
 -- first), else the pending one takes the card's revision and a new updated_at (so a projection
--- in flight that read the card before this import leaves it pending: ops_open_upserts). The
+-- in flight that read the card before this import leaves it pending: outbox_open_upserts). The
 -- ids of both, in id order.
 WITH stamped AS (
     UPDATE projection_ops o SET revision = c.revision, updated_at = clock_timestamp()
@@ -230,7 +256,7 @@ UNION ALL
 SELECT id FROM stamped
 ORDER BY id;
 
--- name: ops_claim
+-- name: outbox_claim
 -- Lease the given operation plus up to %(limit)s - 1 other claimable ones of the workspace
 -- (pending, or running with an expired lease), skipping rows another worker is claiming.
 UPDATE projection_ops o
@@ -246,24 +272,25 @@ WHERE o.id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING o.id, o.card_id, o.op, o.revision, o.attempts;
 
--- name: ops_complete
+-- name: outbox_complete
+-- Mark operations done (an operation done already keeps its completion time).
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL,
     last_error = NULL
 WHERE id = ANY(%(ids)s) AND status <> 'done';
 
--- name: ops_open_upserts
+-- name: outbox_open_upserts
 -- The open (or failed) upserts of cards about to be read for projection, each with its
--- updated_at: the projection completes only those still unchanged (ops_supersede). A writer
--- that lets one of them carry its change stamps it (migration 017, op_upsert_coalesced,
--- ops_insert_bulk), so a change committed after this read is never completed by that job.
+-- updated_at: the projection completes only those still unchanged (outbox_supersede). A writer
+-- that lets one of them carry its change stamps it (migration 017, outbox_upsert_coalesced,
+-- outbox_insert_bulk), so a change committed after this read is never completed by that job.
 SELECT id, updated_at FROM projection_ops
 WHERE card_id = ANY(%(ids)s) AND status IN ('pending', 'failed') AND op = 'upsert'
 ORDER BY id;
 
--- name: ops_supersede
+-- name: outbox_supersede
 -- Open (or failed) upserts of a card at or below the revision just projected are complete:
--- those read before the card was, and unchanged since (`ops_open_upserts`: id and updated_at),
+-- those read before the card was, and unchanged since (`outbox_open_upserts`: id and updated_at),
 -- or every one when `only_ids` is NULL (a rebuild's switch, which reads under the workspace lock).
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
@@ -273,43 +300,48 @@ WHERE card_id = %(card_id)s AND status IN ('pending', 'failed') AND op = 'upsert
        OR (id, updated_at) IN (SELECT * FROM unnest(%(only_ids)s::bigint[],
                                                     %(only_stamps)s::timestamptz[])));
 
--- name: ops_supersede_deleted
+-- name: outbox_supersede_deleted
 -- Every open operation of a deleted card is complete once its point is gone (ids are never reused).
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
 WHERE card_id = %(card_id)s AND status IN ('pending', 'failed');
 
--- name: ops_fail
+-- name: outbox_fail
+-- Give leased operations back with their error: pending again, or failed after max_attempts.
 UPDATE projection_ops
 SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
     last_error = %(error)s, lease_expires_at = NULL, updated_at = now()
 WHERE id = ANY(%(ids)s) AND status = 'running';
 
--- name: ops_complete_deletes
+-- name: outbox_complete_deletes
 -- A rebuilt collection holds current cards only: every open deletion is satisfied.
 UPDATE projection_ops
 SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at = NULL
 WHERE op = 'delete' AND status IN ('pending', 'failed');
 
--- name: ops_open_for_sweep
+-- name: outbox_open_for_sweep
+-- Claimable operations of a workspace (pending, or running with an expired lease), by id.
 SELECT id, attempts FROM projection_ops
 WHERE workspace_id = %(workspace)s
   AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
 ORDER BY id
 LIMIT %(limit)s;
 
--- name: ops_open_for_card
+-- name: outbox_open_for_card
+-- Ids of a card's operations that are not done, oldest first.
 SELECT id FROM projection_ops
 WHERE card_id = %(card_id)s AND status <> 'done'
 ORDER BY id;
 
--- name: ops_reset_for_retry
+-- name: outbox_reset_for_retry
+-- Put a card's failed and pending operations back to pending (retry); returns their ids.
 UPDATE projection_ops
 SET status = 'pending', lease_expires_at = NULL, updated_at = now()
 WHERE card_id = %(card_id)s AND status IN ('failed', 'pending')
 RETURNING id;
 
--- name: ops_pending_list
+-- name: outbox_pending_list
+-- A page of the workspace's incomplete operations, oldest first, with each card's title.
 SELECT o.id, 'mem-' || o.card_id::text AS card_id, o.op, o.revision, o.status, o.attempts,
        o.last_error, o.lease_expires_at, o.created_at, o.updated_at,
        extract(epoch FROM now() - o.created_at)::float8 AS age_seconds,
@@ -320,10 +352,11 @@ WHERE o.status <> 'done'
 ORDER BY o.id
 LIMIT %(limit)s OFFSET %(offset)s;
 
--- name: ops_pending_count
+-- name: outbox_pending_count
+-- How many operations of the workspace are not done.
 SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
 
--- name: ops_queue_summary
+-- name: outbox_queue_summary
 -- The workspace's operations per status, in one scan (the metrics' queue figures, read at
 -- scrape time): count and age in seconds of the oldest; done operations also per lag bucket
 -- (queued, i.e. the saving transaction, to completed) with the sum of their lags. The buckets
@@ -340,17 +373,19 @@ SELECT status,
 FROM projection_ops
 GROUP BY 1, 2;
 
--- name: ops_pending_list_for_card
+-- name: outbox_pending_list_for_card
+-- A card's incomplete operations, oldest first, with their age in seconds.
 SELECT id, op, revision, status, attempts, last_error, created_at,
        extract(epoch FROM now() - created_at)::float8 AS age_seconds
 FROM projection_ops
 WHERE card_id = %(card_id)s AND status <> 'done'
 ORDER BY id;
 
--- name: sweep_workspaces
+-- name: outbox_sweep_workspaces
+-- Workspaces with a claimable operation, across workspaces (a definer function).
 SELECT workspace_id FROM workspaces_with_open_ops();
 
--- name: projection_record
+-- name: outbox_projection_record
 -- Record the valid projection only if the card still has the revision that was projected.
 INSERT INTO projections (workspace_id, card_id, revision, format, projected_at)
 SELECT workspace_id, id, revision, %(format)s, now()
@@ -359,100 +394,115 @@ ON CONFLICT (card_id) DO UPDATE
 SET revision = EXCLUDED.revision, format = EXCLUDED.format, projected_at = EXCLUDED.projected_at
 RETURNING card_id;
 
--- name: projection_forget
+-- name: outbox_projection_forget
 -- A card whose point was removed (the privacy filter refused its current text) has no valid
 -- projection any more.
 DELETE FROM projections WHERE card_id = ANY(%(ids)s);
 
--- name: projection_state
+-- name: outbox_projection_state
+-- A card's revision with its recorded projection's revision and format (NULL: none).
 SELECT c.revision, p.revision AS projected_revision, p.format AS projected_format
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = %(card_id)s;
 
--- name: projection_counts
+-- name: outbox_projection_counts
+-- How many cards the workspace has, and how many have a current projection.
 SELECT count(*) AS cards,
        count(*) FILTER (WHERE p.revision = c.revision AND p.format = %(format)s) AS current
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
 
--- name: projection_format_latest
+-- name: outbox_projection_format_latest
+-- The newest projection format a migration recorded.
 SELECT max(format) AS format FROM projection_formats;
 
--- name: projection_lock_shared
+-- name: outbox_projection_lock_shared
 -- Held by every projection job of a workspace; an index rebuild's switch takes it exclusively.
 SELECT pg_advisory_xact_lock_shared(hashtextextended('memarc.projection:' || %(workspace)s, 0));
 
--- name: projection_lock_exclusive
+-- name: outbox_projection_lock_exclusive
+-- The workspace's projection lock, exclusively (a rebuild's switch waits for the jobs).
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.projection:' || %(workspace)s, 0));
 
--- name: collection_creation_lock
+-- name: outbox_collection_creation_lock
 -- Held by the projection job that creates a workspace's collection (its first projection), so
 -- that two jobs never create two (a Qdrant server's alias would keep only one of them).
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.collection:' || %(workspace)s, 0));
 
--- name: card_projection_lock
+-- name: outbox_card_projection_lock
+-- One card's projection lock (taken in card order by a projection job: jobs never deadlock).
 SELECT pg_advisory_xact_lock(hashtextextended('memarc.card:' || %(card_id)s::text, 0));
 
--- name: audit_cards
+-- name: outbox_audit_cards
 -- Every card with its recorded projection and whether an operation is still open for it.
 SELECT c.id, c.revision, p.revision AS projected_revision, p.format AS projected_format,
        EXISTS (SELECT 1 FROM projection_ops o
                WHERE o.card_id = c.id AND o.status IN ('pending', 'running')) AS has_open_op
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id;
 
--- name: audit_open_deletes
+-- name: outbox_audit_open_deletes
+-- Cards with a pending or running deletion (the audit expects no point for them).
 SELECT DISTINCT card_id FROM projection_ops
 WHERE op = 'delete' AND status IN ('pending', 'running');
 
--- ==== tracked index rebuilds (shared/store/rebuilds.py) ====
--- name: rebuild_insert
+-- ==== rebuilds: tracked index rebuilds (shared/store/rebuilds.py) ====
+-- name: rebuilds_insert
+-- Queue a rebuild of the workspace; returns its row.
 INSERT INTO index_rebuilds (id, workspace_id, requested_by)
 VALUES (%(id)s, %(workspace)s, %(actor)s)
 RETURNING *;
 
--- name: rebuild_claim
+-- name: rebuilds_claim
+-- Lease a queued rebuild (or a running one whose lease expired); no row when it is taken.
 UPDATE index_rebuilds
 SET status = 'running', started_at = coalesce(started_at, now()), done = 0,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s AND (status = 'queued' OR (status = 'running' AND lease_expires_at < now()))
 RETURNING *;
 
--- name: rebuild_progress
+-- name: rebuilds_progress
+-- Record how many cards a running rebuild wrote into its collection, and renew its lease.
 UPDATE index_rebuilds
 SET done = %(done)s, total = %(total)s, collection = %(collection)s,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s;
 
--- name: rebuild_renew
+-- name: rebuilds_renew
 -- A running rebuild's lease, renewed by its heartbeat (between progress records: the optimize
 -- step and the catch-up passes record none).
 UPDATE index_rebuilds
 SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s AND status = 'running';
 
--- name: rebuild_finish
+-- name: rebuilds_finish
+-- Close a rebuild as done (with its summary) or failed (with its error); returns its row.
 UPDATE index_rebuilds
 SET status = %(status)s, summary = %(summary)s, error = %(error)s, finished_at = now(),
     lease_expires_at = NULL
 WHERE id = %(id)s
 RETURNING *;
 
--- name: rebuild_release
+-- name: rebuilds_release
 -- A rebuild interrupted by a graceful stop goes back to the queue (the sweep restarts it).
 UPDATE index_rebuilds
 SET status = 'queued', done = 0, collection = NULL, lease_expires_at = NULL
 WHERE id = %(id)s AND status = 'running';
 
--- name: rebuild_get
+-- name: rebuilds_get
+-- One rebuild of the workspace by id.
 SELECT * FROM index_rebuilds WHERE id = %(id)s;
 
--- name: rebuild_latest
+-- name: rebuilds_latest
+-- The workspace's most recently requested rebuild.
 SELECT * FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
 
--- name: sweep_rebuilds
+-- name: rebuilds_sweep
+-- Rebuilds to (re)start across workspaces (a definer function): queued, or running with an
+-- expired lease (expired_lease: that lease, which makes the restart's job id).
 SELECT workspace_id, rebuild_id, expired_lease FROM workspaces_with_open_rebuilds();
 
--- ==== activity log (shared/store/activity_log.py) ====
+-- ==== activity: the activity log (shared/store/activity.py) ====
 -- name: activity_insert
+-- Append one activity record (who, verb, card, outcome; detail as JSON).
 INSERT INTO activity (workspace_id, actor, verb, card_id, outcome, detail)
 VALUES (%(workspace)s, %(actor)s, %(verb)s, %(card_id)s, %(outcome)s, %(detail)s);
 
@@ -477,6 +527,7 @@ WHERE NOT EXISTS (
 RETURNING card_id;
 
 -- name: activity_list
+-- A page of the workspace's activity records, newest first, filtered by verb, card, outcome.
 SELECT a.id, a.at, a.actor, a.verb,
        CASE WHEN a.card_id IS NULL THEN NULL ELSE 'mem-' || a.card_id::text END AS card_id,
        a.outcome, a.detail
@@ -488,46 +539,52 @@ ORDER BY a.at DESC, a.id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: activity_count
+-- How many activity records match the filters of activity_list.
 SELECT count(*) AS n FROM activity a
 WHERE (%(verb)s::text IS NULL OR a.verb = %(verb)s)
   AND (%(card_id)s::uuid IS NULL OR a.card_id = %(card_id)s)
   AND (%(outcome)s::text IS NULL OR starts_with(a.outcome, %(outcome)s));
 
--- ==== API tokens (shared/store/tokens.py) ====
--- name: token_authenticate
+-- ==== authentication: API tokens (shared/store/authentication.py) ====
+-- name: authentication_lookup
+-- The token whose SHA-256 digest is %(digest)s (a definer function: no table access).
 SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
 FROM authenticate_token(%(digest)s);
 
--- name: token_touch
+-- name: authentication_touch
+-- Stamp a token's last use (at most once a minute, in the definer function).
 SELECT touch_token(%(token_id)s);
 
 -- ==== bootstrap (shared/store/bootstrap.py) ====
 -- Run with the migrator credentials as role memarc_migrator.
--- name: bootstrap_workspace_insert
+-- name: bootstrap_workspaces_insert
+-- Create a workspace; no row when it exists already.
 INSERT INTO workspaces (id, language) VALUES (%(workspace)s, %(language)s)
 ON CONFLICT (id) DO NOTHING
 RETURNING id, language, created_at;
 
--- name: bootstrap_workspace_get
+-- name: bootstrap_workspaces_get
+-- The workspace row, or nothing when it does not exist.
 SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s;
 
--- name: bootstrap_removal_pending
+-- name: bootstrap_removals_pending
 -- A removal of this workspace id whose index collection is not dropped yet (migration 013).
 SELECT id, removed_at FROM workspace_removals
 WHERE workspace = %(workspace)s AND index_status = 'pending'
 ORDER BY id LIMIT 1;
 
--- name: bootstrap_workspace_lock
+-- name: bootstrap_workspaces_lock
 -- `memarc workspace delete`: the workspace's write lock (what every write takes), with the
 -- workspace set for row-level security, bounded by lock_timeout.
 SELECT set_config('memarc.workspace', %(workspace)s, true),
        set_config('lock_timeout', %(lock_timeout)s, true),
        pg_advisory_xact_lock(hashtextextended('memarc.workspace:' || %(workspace)s, 0));
 
--- name: bootstrap_workspace_get_for_update
+-- name: bootstrap_workspaces_get_for_update
+-- The workspace row, locked until the transaction ends (its removal).
 SELECT id, language, created_at FROM workspaces WHERE id = %(workspace)s FOR UPDATE;
 
--- name: bootstrap_workspace_tables
+-- name: bootstrap_workspaces_tables
 -- Every table of the archive schema with a workspace_id column (what a workspace owns).
 SELECT c.table_name FROM information_schema.columns c
 JOIN information_schema.tables t USING (table_schema, table_name)
@@ -535,55 +592,53 @@ WHERE c.table_schema = current_schema() AND c.column_name = 'workspace_id'
   AND t.table_type = 'BASE TABLE'
 ORDER BY c.table_name;
 
--- name: bootstrap_workspace_delete
+-- name: bootstrap_workspaces_delete
+-- Delete the workspace row itself (its rows in other tables are deleted first).
 DELETE FROM workspaces WHERE id = %(workspace)s;
 
--- name: bootstrap_removal_insert
+-- name: bootstrap_removals_insert
+-- Record a workspace's removal, its deleted rows and the login that removed it.
 INSERT INTO workspace_removals (workspace, removed_by, deleted_rows)
 VALUES (%(workspace)s, %(removed_by)s || ' (database login ' || session_user || ')', %(rows)s)
 RETURNING id, workspace, removed_by, removed_at, deleted_rows, index_status;
 
--- name: bootstrap_removal_get
+-- name: bootstrap_removals_get
+-- A workspace removal's record, with the state of its collection's drop.
 SELECT id, workspace, removed_by, removed_at, deleted_rows, index_status, index_done_at,
        index_error
 FROM workspace_removals WHERE id = %(id)s;
 
--- name: bootstrap_token_insert
+-- name: bootstrap_tokens_insert
+-- Store a new API token (its SHA-256 digest only, never the secret).
 INSERT INTO api_tokens (id, workspace_id, token_hash, permissions, database_name, schema_name,
                         label, expires_at)
 VALUES (%(id)s, %(workspace)s, %(digest)s, %(permissions)s, %(database)s, %(schema)s,
         %(label)s, %(expires_at)s);
 
--- name: bootstrap_token_revoke
+-- name: bootstrap_tokens_revoke
+-- Revoke an active token by id; returns it (no row when unknown or revoked already).
 UPDATE api_tokens SET revoked_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, workspace_id;
 
--- name: bootstrap_token_revoke_labelled
+-- name: bootstrap_tokens_revoke_labelled
 -- Revoke the active tokens of a workspace carrying a label (a process's own previous tokens).
 UPDATE api_tokens SET revoked_at = now()
 WHERE workspace_id = %(workspace)s AND label = %(label)s AND revoked_at IS NULL
 RETURNING id;
 
--- name: workspace_removals_pending
--- Removed workspaces whose index collection is still to drop (the worker's sweep).
-SELECT id, workspace FROM workspace_removals_pending();
+-- ==== sessions: proposals, review receipts, decisions (shared/store/sessions.py) ====
+-- The session workflow (DESIGN §6).
 
--- name: workspace_removal_index_result
-SELECT workspace_removal_index_result(%(id)s, %(error)s);
-
--- ==== workflow (issue 6) ====
--- Session proposals, review receipts, solved-index and physical schema-change cleanup
--- (DESIGN §6, §7); used by shared/store/workflow.py and shared/store/schema_changes.py.
-
--- name: wf_proposals_for_session
+-- name: sessions_proposals_for_session
+-- The session's proposals in the order they were stored.
 SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at,
        erased_at
 FROM session_proposals
 WHERE session_id = %(session_id)s
 ORDER BY seq;
 
--- name: wf_erase_card_proposals
+-- name: sessions_erase_card_proposals
 -- Erasure of a deleted card's content (migration 013): the proposals that carried it (an update
 -- of it, an addition that would reuse it, the proposal a review applied to it) keep their key,
 -- kind, family, card ids and decisions; their content and its digest go.
@@ -599,7 +654,7 @@ WHERE p.erased_at IS NULL
                     AND i.item ->> 'card_id' = %(card_ref)s))
 RETURNING p.session_id, p.key;
 
--- name: wf_erase_card_receipts
+-- name: sessions_erase_card_receipts
 -- The receipts' items of a deleted card keep ids, revision, action and family; the title goes.
 UPDATE review_receipts r
 SET result = jsonb_set(r.result, '{items}', (
@@ -610,16 +665,18 @@ SET result = jsonb_set(r.result, '{items}', (
 WHERE r.result -> 'items' @> jsonb_build_array(jsonb_build_object('card_id', %(card_ref)s::text))
 RETURNING r.review_id;
 
--- name: wf_proposal_count
+-- name: sessions_proposals_count
+-- How many proposals the session holds.
 SELECT count(*) AS n FROM session_proposals WHERE session_id = %(session_id)s;
 
--- name: wf_proposal_insert
+-- name: sessions_proposals_insert
+-- Store one proposal of a session (as sent, with its digest).
 INSERT INTO session_proposals (workspace_id, session_id, key, kind, family, card_id, base_revision,
                                reuse_card_id, proposal, digest, proposed_by)
 VALUES (%(workspace)s, %(session_id)s, %(key)s, %(kind)s, %(family)s, %(card_id)s,
         %(base_revision)s, %(reuse_card_id)s, %(proposal)s, %(digest)s, %(actor)s);
 
--- name: wf_cards_loose_content
+-- name: sessions_cards_loose_content
 -- For each (family, content) pair given (1-based ordinal i), every card of that family whose
 -- normalised content (normalized_content(): whitespace collapsed, lower-cased) equals it, oldest
 -- first: the candidates of the reuse rule (shared/workflow/rules.py decides which is the same
@@ -632,21 +689,24 @@ FROM wanted w
 JOIN cards c ON c.family = w.f AND normalized_content(c.content) = w.norm
 ORDER BY w.i, c.created_at, c.id;
 
--- name: wf_receipt_get
+-- name: sessions_receipts_get
+-- The review receipt stored under a review id.
 SELECT review_id, session_id, outcome, request_digest, result, created_at
 FROM review_receipts WHERE review_id = %(review_id)s;
 
--- name: wf_receipt_for_session
+-- name: sessions_receipts_for_session
+-- The receipt of the session's review (a session is reviewed once).
 SELECT review_id, session_id, outcome, request_digest, result, created_at
 FROM review_receipts WHERE session_id = %(session_id)s;
 
--- name: wf_receipt_insert
+-- name: sessions_receipts_insert
+-- Store a review receipt, keyed by the review id (the idempotency key).
 INSERT INTO review_receipts (workspace_id, review_id, session_id, outcome, request_digest, result,
                              reviewed_by)
 VALUES (%(workspace)s, %(review_id)s, %(session_id)s, %(outcome)s, %(digest)s, %(result)s,
         %(actor)s);
 
--- name: wf_decisions_for_session
+-- name: sessions_decisions_for_session
 -- The cards decided in a session (migration 012), in the order they were decided (a request's
 -- decisions in its order).
 SELECT card_id, decision, decided_by, decided_at
@@ -654,11 +714,11 @@ FROM session_decisions
 WHERE session_id = %(session_id)s
 ORDER BY decided_at, seq;
 
--- name: wf_decided_card_ids
+-- name: sessions_decided_card_ids
 -- The ids of the cards decided in a session: what recall in that session excludes (DESIGN §5).
 SELECT card_id FROM session_decisions WHERE session_id = %(session_id)s ORDER BY card_id;
 
--- name: wf_decisions_upsert
+-- name: sessions_decisions_upsert
 -- Record decisions of a session, one per card (parallel arrays); a card decided before takes
 -- the new decision, its author and time.
 INSERT INTO session_decisions (workspace_id, session_id, card_id, decision, decided_by)
@@ -668,24 +728,31 @@ ORDER BY u.i
 ON CONFLICT (workspace_id, session_id, card_id)
 DO UPDATE SET decision = EXCLUDED.decision, decided_by = EXCLUDED.decided_by, decided_at = now();
 
--- name: sc_run_get
+-- ==== schema_changes: physical schema-change cleanup (shared/store/schema_changes.py) ====
+-- DESIGN §7.
+
+-- name: schema_changes_runs_get
+-- A schema-change run by id.
 SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
 
--- name: sc_run_get_for_update
+-- name: schema_changes_runs_get_for_update
+-- A schema-change run by id, locked until the transaction ends.
 SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
 
--- name: sc_run_open_for_target
+-- name: schema_changes_runs_open_for_target
+-- The run of a database/schema whose cleanup is still pending (at most one).
 SELECT run_id FROM schema_change_runs
 WHERE database_name = %(database)s AND schema_name = %(schema)s AND status = 'cleanup_pending';
 
--- name: sc_run_insert
+-- name: schema_changes_runs_insert
+-- Record a run with a pending cleanup phase and the removed objects as sent.
 INSERT INTO schema_change_runs (workspace_id, run_id, database_name, schema_name, removed_tables,
                                 removed_columns, request_digest, requested_by)
 VALUES (%(workspace)s, %(run_id)s, %(database)s, %(schema)s, %(tables)s, %(columns)s,
         %(digest)s, %(actor)s)
 RETURNING *;
 
--- name: sc_run_finish
+-- name: schema_changes_runs_finish
 -- The card-deletion phase's receipt; `cards_deleted`: it deleted every matching card (no errors).
 UPDATE schema_change_runs
 SET status = %(status)s, deleted = %(deleted)s, errors = %(errors)s,
@@ -694,19 +761,19 @@ SET status = %(status)s, deleted = %(deleted)s, errors = %(errors)s,
 WHERE run_id = %(run_id)s
 RETURNING *;
 
--- name: sc_run_complete
+-- name: schema_changes_runs_complete
 -- A run whose cards and point deletions are all done (migration 013).
 UPDATE schema_change_runs SET status = 'done', completed_at = now()
 WHERE run_id = %(run_id)s AND status = 'cleanup_pending' AND cards_deleted_at IS NOT NULL
 RETURNING *;
 
--- name: sc_open_point_deletions
+-- name: schema_changes_open_point_deletions
 -- The cards among `ids` whose point deletion is not done yet (pending, running or failed).
 SELECT DISTINCT card_id FROM projection_ops
 WHERE op = 'delete' AND status <> 'done' AND card_id = ANY(%(ids)s)
 ORDER BY card_id;
 
--- name: sc_cards_matching
+-- name: schema_changes_cards_matching
 -- Cards with a dependency entry on a removed object of one database/schema: a removed table
 -- covers the table entry and its columns; a removed column matches only that column's entries.
 -- Database-only and schema-only entries never match (the database and schema still exist).

@@ -22,7 +22,7 @@ async def insert(conn: AsyncConnection, rebuild_id: uuid.UUID, workspace_id: str
     transaction goes on)."""
     try:
         async with conn.transaction():
-            return await (await conn.execute(Q.rebuild_insert, {
+            return await (await conn.execute(Q.rebuilds_insert, {
                 "id": rebuild_id, "workspace": workspace_id, "actor": actor})).fetchone()
     except psycopg.errors.UniqueViolation:
         return None
@@ -33,49 +33,49 @@ async def claim(conn: AsyncConnection, rebuild_id: uuid.UUID,
     """Mark a queued rebuild (or a running one whose lease expired) running, with a lease of
     ``lease_seconds`` and its progress reset; returns the row, or None when it is not
     claimable (done, failed, or running under a live lease elsewhere)."""
-    return await (await conn.execute(Q.rebuild_claim, {
+    return await (await conn.execute(Q.rebuilds_claim, {
         "id": rebuild_id, "lease_seconds": lease_seconds})).fetchone()
 
 
 async def progress(conn: AsyncConnection, rebuild_id: uuid.UUID, *, done: int, total: int,
                    collection: str, lease_seconds: int) -> None:
     """Record ``done`` of ``total`` cards written into ``collection`` and renew the lease."""
-    await conn.execute(Q.rebuild_progress, {
+    await conn.execute(Q.rebuilds_progress, {
         "id": rebuild_id, "done": done, "total": total, "collection": collection,
         "lease_seconds": lease_seconds})
 
 
 async def renew(conn: AsyncConnection, rebuild_id: uuid.UUID, lease_seconds: int) -> None:
     """Renew a running rebuild's lease by ``lease_seconds`` from now."""
-    await conn.execute(Q.rebuild_renew, {"id": rebuild_id, "lease_seconds": lease_seconds})
+    await conn.execute(Q.rebuilds_renew, {"id": rebuild_id, "lease_seconds": lease_seconds})
 
 
 async def finish(conn: AsyncConnection, rebuild_id: uuid.UUID, *, status: str,
                  summary: dict[str, Any] | None = None, error: str | None = None) -> dict[str, Any]:
     """Close a rebuild as ``done`` (with its summary) or ``failed`` (with the error); returns
     the row."""
-    return await (await conn.execute(Q.rebuild_finish, {
+    return await (await conn.execute(Q.rebuilds_finish, {
         "id": rebuild_id, "status": status, "error": error,
         "summary": Jsonb(summary) if summary is not None else None})).fetchone()
 
 
 async def release(conn: AsyncConnection, rebuild_id: uuid.UUID) -> None:
     """Put a running rebuild back in the queue (a graceful stop interrupted it)."""
-    await conn.execute(Q.rebuild_release, {"id": rebuild_id})
+    await conn.execute(Q.rebuilds_release, {"id": rebuild_id})
 
 
 async def get(conn: AsyncConnection, rebuild_id: uuid.UUID) -> dict[str, Any] | None:
     """One rebuild of the workspace, or None."""
-    return await (await conn.execute(Q.rebuild_get, {"id": rebuild_id})).fetchone()
+    return await (await conn.execute(Q.rebuilds_get, {"id": rebuild_id})).fetchone()
 
 
 async def latest(conn: AsyncConnection) -> dict[str, Any] | None:
     """The workspace's most recently requested rebuild, or None."""
-    return await (await conn.execute(Q.rebuild_latest)).fetchone()
+    return await (await conn.execute(Q.rebuilds_latest)).fetchone()
 
 
 async def open_rebuilds(conn: AsyncConnection) -> list[dict[str, Any]]:
     """``[{workspace_id, rebuild_id, expired_lease}]`` of the rebuilds to (re)start, across
     workspaces: queued (``expired_lease`` None), or running with an expired lease (its expiry
     time, so each restart has a job id of its own); a definer function."""
-    return await (await conn.execute(Q.sweep_rebuilds)).fetchall()
+    return await (await conn.execute(Q.rebuilds_sweep)).fetchall()

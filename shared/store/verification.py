@@ -16,5 +16,5 @@ async def candidate_rows(conn: AsyncConnection, ids: list[uuid.UUID],
     scope, concepts, revision, projected_revision, projected_format, dependencies, links}``, the
     dependencies as ``[database, schema, table, column]`` lists in ordinal order and ``links``
     the first ``links_per_card`` outgoing link targets in target-id order (DESIGN §5.3)."""
-    cur = await conn.execute(Q.recall_candidates, {"ids": ids, "per_card": links_per_card})
+    cur = await conn.execute(Q.verification_candidates, {"ids": ids, "per_card": links_per_card})
     return await cur.fetchall()

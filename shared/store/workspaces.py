@@ -15,7 +15,7 @@ async def get(conn: AsyncConnection, workspace_id: str) -> dict[str, Any]:
 
     :raises NotFound: no such workspace (or not visible under RLS).
     """
-    row = await (await conn.execute(Q.workspace_get, {"workspace": workspace_id})).fetchone()
+    row = await (await conn.execute(Q.workspaces_get, {"workspace": workspace_id})).fetchone()
     if row is None:
         raise NotFound(f"no workspace {workspace_id!r}")
     return row
@@ -24,17 +24,17 @@ async def get(conn: AsyncConnection, workspace_id: str) -> dict[str, Any]:
 async def list_all(conn: AsyncConnection) -> list[dict[str, Any]]:
     """Every workspace ``{id, language, created_at}``, through the definer function
     ``workspace_list()`` (the caller filters by permission afterwards)."""
-    return await (await conn.execute(Q.workspace_list)).fetchall()
+    return await (await conn.execute(Q.workspaces_list)).fetchall()
 
 
 async def removals_pending(conn: AsyncConnection) -> list[dict[str, Any]]:
     """Removed workspaces whose index collection is still to drop, ``[{id, workspace}]`` oldest
     first (``memarc workspace delete``; the definer function of migration 013)."""
-    return await (await conn.execute(Q.workspace_removals_pending)).fetchall()
+    return await (await conn.execute(Q.workspaces_removals_pending)).fetchall()
 
 
 async def removal_index_result(conn: AsyncConnection, removal_id: int,
                                error: str | None) -> None:
     """Record the worker's attempt to drop a removed workspace's collection: done (``error``
     None), or still pending with ``error``."""
-    await conn.execute(Q.workspace_removal_index_result, {"id": removal_id, "error": error})
+    await conn.execute(Q.workspaces_removals_index_result, {"id": removal_id, "error": error})

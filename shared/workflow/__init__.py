@@ -1,6 +1,4 @@
-"""The workflow (DESIGN §6, §7): proposals, review with receipts, schema-change cleanup.
+"""The workflow's pure domain (DESIGN §6, §7): ``requests`` (wire structs) and ``rules`` (pure rules).
 
-``requests`` (wire structs), ``rules`` (pure rules), ``sessions`` (the use cases, ``Workflow``),
-``schema_changes`` (physical schema-change cleanup); their SQL is in ``shared.store.workflow`` and
-``shared.store.schema_changes``.
+The use cases over them are :mod:`shared.archive.sessions` and :mod:`shared.archive.schema_changes`.
 """

@@ -4,7 +4,7 @@ What a proposal is (an :class:`Addition` or an :class:`Update`) and the checks o
 body it would write, its link targets, the reuse of an existing card, the staleness of an update,
 and what an update would change.
 
-The use cases (:mod:`shared.workflow.sessions`) read the archive's state through the store and hand
+The use cases (:mod:`shared.archive.sessions`) read the archive's state through the store and hand
 it to these functions; every rule is written once here and used by propose, summary and review.
 """
 

@@ -24,6 +24,8 @@ ROOT_MODULES = {
     "shared.metrics": set(),
 }
 BASICS = set(ROOT_MODULES)
+#: root modules of ``shared`` that compose the whole core (the process resources, the arq worker)
+COMPOSITION = ("shared.resources", "shared.worker")
 
 #: layer -> the layers (or single modules) it may import, besides itself and the root modules
 ALLOWED: dict[str, set[str]] = {
@@ -31,18 +33,17 @@ ALLOWED: dict[str, set[str]] = {
     "shared.index": set(),
     "shared.projection": {"shared.store", "shared.index"},
     "shared.recall": {"shared.store", "shared.index"},
-    "shared.workflow": {"shared.store", "shared.projection", "shared.archive.activity"},
+    "shared.workflow": set(),
     "shared.archive": {"shared.store", "shared.index", "shared.projection", "shared.recall",
                        "shared.workflow"},
     "shared.resources": {"shared.store", "shared.index", "shared.projection", "shared.archive"},
+    "shared.worker": {"shared.store", "shared.projection", "shared.resources"},
     "writer": {"shared"},
     "explorer_plugin": {"shared"},
     "tools": set(),
 }
 #: single-module exceptions, each with its reason
 EXCEPTIONS = {
-    # the arq worker runs its jobs over the process resources it is given
-    ("shared.projection.jobs", "shared.resources"),
     # `memarc convert-bird` imports the converter inside its handler, never at import time
     ("writer.cli.dataset_commands", "tools.bird_cards"),
 }
@@ -80,7 +81,7 @@ def _layer(module: str) -> str:
         return module
     parts = module.split(".")
     if parts[0] == "shared" and len(parts) >= 2:
-        return "shared.resources" if parts[1] == "resources" else f"shared.{parts[1]}"
+        return f"shared.{parts[1]}"
     return parts[0]
 
 
@@ -108,7 +109,48 @@ def test_the_layer_map_knows_every_folder_of_shared():
                if p.is_dir() and (p / "__init__.py").exists() and p.name != "data"}
     modules = {f"shared.{p.stem}" for p in (ROOT / "shared").glob("*.py") if p.stem != "__init__"}
     assert folders <= set(ALLOWED)
-    assert modules <= set(ROOT_MODULES) | {"shared.resources"}
+    assert modules <= set(ROOT_MODULES) | set(COMPOSITION)
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, first-party or not, as written."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_only_the_store_imports_the_database_driver():
+    """Driver errors are translated once, in the store: nothing above it sees psycopg."""
+    runtime = [p for package in ("shared", "writer", "explorer_plugin")
+               for p in sorted((ROOT / package).rglob("*.py"))]
+    outside = sorted(f"{_module_name(p)} imports {m}" for p in runtime for m in _all_imports(p)
+                     if m.split(".")[0] in ("psycopg", "psycopg_pool")
+                     and not _module_name(p).startswith("shared.store"))
+    assert outside == []
+
+
+def test_every_archive_error_class_lives_in_shared_errors():
+    import shared.errors
+
+    def subclasses(cls: type) -> set[type]:
+        return {cls} | {c for sub in cls.__subclasses__() for c in subclasses(sub)}
+
+    names = {c.__name__ for c in subclasses(shared.errors.ArchiveError)}
+    elsewhere = []
+    for package in FIRST_PARTY:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == ROOT / "shared" / "errors.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                         for b in getattr(node, "bases", [])}
+                if isinstance(node, ast.ClassDef) and bases & names:
+                    elsewhere.append(f"{_module_name(path)}.{node.name}")
+    assert elsewhere == []
 
 
 def test_the_rules_reject_an_import_against_the_layers():
@@ -119,4 +161,7 @@ def test_the_rules_reject_an_import_against_the_layers():
     assert not _allowed("shared.recall.verified", "shared.archive.cards")
     assert not _allowed("shared.archive.cards", "writer.app")
     assert not _allowed("shared.store.listing", "explorer_plugin.views")
+    assert not _allowed("shared.workflow.rules", "shared.store.cards")
+    assert not _allowed("shared.projection.queue", "shared.resources")
+    assert not _allowed("shared.resources", "shared.worker")
     assert _allowed("shared.archive.cards", "shared.recall.verified")

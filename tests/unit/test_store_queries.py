@@ -1,7 +1,9 @@
 """SQL runs only in the store: the named queries and every ``execute`` stay in ``shared/store/``.
 
 Every named query of ``shared/store/queries.sql`` is defined once, used, and run only by modules
-under ``shared/store/``; no other runtime module executes SQL.
+under ``shared/store/``; no other runtime module executes SQL. Each query is named and filed after
+the store module that runs it (``store/X.py`` runs the ``X_...`` queries of the ``X`` section) and
+says what it does in a description line under its name.
 
 Read from the source (the ``ast`` of every module), so a query or an ``execute`` that slips into
 another layer fails here before review.
@@ -48,6 +50,22 @@ def _executes(tree: ast.Module) -> list[int]:
 
 
 
+def _sections() -> dict[str, tuple[str | None, bool]]:
+    """Each named query -> (the store module its section names, whether a description follows).
+
+    A section starts with ``-- ==== <module>...(shared/store/<module>.py) ====``."""
+    found: dict[str, tuple[str | None, bool]] = {}
+    lines = QUERIES.read_text(encoding="utf-8").splitlines()
+    module = None
+    for i, line in enumerate(lines):
+        if header := re.match(r"^-- ==== (\w+)\b.*\(shared/store/(\w+)\.py\b.*====$", line):
+            module = header[2] if header[1] == header[2] else None
+        elif named := re.match(r"^-- name: (\S+)\s*$", line):
+            described = i + 1 < len(lines) and bool(re.match(r"^-- \S", lines[i + 1]))
+            found[named[1]] = (module, described)
+    return found
+
+
 def test_every_named_query_is_defined_once():
     names = re.findall(r"^-- name: (\S+)\s*$", QUERIES.read_text(encoding="utf-8"), flags=re.M)
     assert names
@@ -78,3 +96,18 @@ def test_no_runtime_module_outside_the_store_executes_sql():
     found = {path: lines for path, tree in _modules(*RUNTIME).items()
              if not path.startswith(STORE) and (lines := _executes(tree))}
     assert found == {}
+
+
+def test_every_query_is_named_and_filed_after_the_store_module_that_runs_it():
+    sections = _sections()
+    assert len(sections) > 100
+    wrong = []
+    for path, tree in _modules("shared/store").items():
+        module = Path(path).stem
+        wrong += [f"{path} runs {name}" for name in _query_names(tree)
+                  if not name.startswith(f"{module}_") or sections[name][0] != module]
+    assert wrong == []
+
+
+def test_every_named_query_has_a_description():
+    assert [name for name, (_, described) in _sections().items() if not described] == []

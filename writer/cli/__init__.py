@@ -64,20 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage, not the top-level one argparse would print
         subcommands(parser)[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-    import psycopg
-
-    from shared.errors import ArchiveError
+    from shared.errors import ArchiveError, BootstrapUnavailable
 
     try:
         result = args.func(args)
     except CliError as exc:
         sys.stderr.write(json.dumps(exc.payload, ensure_ascii=False) + "\n")
         return exc.status
+    except BootstrapUnavailable as exc:  # bootstrap commands: server unreachable
+        sys.stderr.write(json.dumps({"error": exc.message, "code": "unavailable"}) + "\n")
+        return 4
     except ArchiveError as exc:
         sys.stderr.write(json.dumps({"error": exc.message, "code": exc.code, **exc.extra},
                                     default=str) + "\n")
         return 2 if exc.status < 500 else 3
-    except (OSError, psycopg.OperationalError) as exc:  # bootstrap commands: server unreachable
+    except OSError as exc:  # bootstrap commands: server unreachable
         sys.stderr.write(json.dumps({"error": f"{type(exc).__name__}: {exc}",
                                      "code": "unavailable"}) + "\n")
         return 4

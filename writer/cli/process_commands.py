@@ -79,7 +79,7 @@ def worker_command(args: argparse.Namespace) -> None:
         import asyncio
 
         from shared.config import load_settings
-        from shared.projection.jobs import check_worker_health
+        from shared.worker import check_worker_health
 
         settings = load_settings()
         if not settings.redis_url:

@@ -18,8 +18,8 @@ from litestar.di import Provide
 
 from shared.archive.cards import Archive
 from shared.archive.transfer import Transfer
-from shared.workflow.schema_changes import SchemaChanges
-from shared.workflow.sessions import Workflow
+from shared.archive.schema_changes import SchemaChanges
+from shared.archive.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.routes.memory import MemoryController
 from writer.routes.schema_changes import SchemaChangeController

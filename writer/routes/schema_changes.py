@@ -1,7 +1,7 @@
 """The writer's schema-change routes (DESIGN §7): physical schema-change cleanup, which needs
 ``memory.schema``.
 
-Handlers parse, call :mod:`shared.workflow.schema_changes`, return; errors are the shared ones,
+Handlers parse, call :mod:`shared.archive.schema_changes`, return; errors are the shared ones,
 turned into problem details by the app's exception handlers. A run id delivered again completes
 the run, or answers the completed one unchanged with the header ``Idempotent-Replayed: true``.
 """
@@ -13,7 +13,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from shared.auth import Principal
-from shared.workflow.schema_changes import (CleanupRequest, SchemaChangeRequest,
+from shared.archive.schema_changes import (CleanupRequest, SchemaChangeRequest,
                                            SchemaChangeResult, SchemaChanges)
 from writer.problems import PROBLEM_RESPONSES
 from writer.routes.params import Wait, WorkspaceId, replayed

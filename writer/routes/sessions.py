@@ -5,7 +5,7 @@ The reviewer gate (issue 16): proposals need ``memory.propose``; review and solv
 ``memory.review``; the summary either one (the proposer checks its batch, the reviewer reads what
 it applies). Recording the cards decided in a session needs ``memory.propose`` (the agent records
 its user's decisions), listing them either one. Handlers parse, call
-:mod:`shared.workflow.sessions`, return; errors are the shared ones, turned into problem details
+:mod:`shared.archive.sessions`, return; errors are the shared ones, turned into problem details
 by the app's exception handlers. A review id delivered again answers the stored receipt
 unchanged, with the header ``Idempotent-Replayed: true``.
 """
@@ -19,7 +19,7 @@ from litestar.params import FromPath, JSONBody
 from shared.auth import Principal
 from shared.workflow.requests import (DecideRequest, ProposeRequest, ProposeResult, ReviewReceipt,
                                       ReviewRequest, SessionDecisions, SolvedIndexResult, Summary)
-from shared.workflow.sessions import Workflow
+from shared.archive.sessions import Workflow
 from writer.problems import PROBLEM_RESPONSES
 from writer.routes.params import SessionId, WorkspaceId, replayed
 

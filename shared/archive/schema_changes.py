@@ -41,7 +41,6 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
-import psycopg
 from msgspec import Meta
 
 from shared.archive.activity import audited
@@ -49,10 +48,10 @@ from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
 from shared.models import MAX_WAIT_SECONDS, Name, card_id_str, parse_card_id
 from shared.projection.queue import ProjectionQueue
-from shared.store import activity_log, outbox, workspaces
+from shared.store import activity, outbox, workspaces
 from shared.store import cards as card_store
 from shared.store import schema_changes as store
-from shared.store.database import Database
+from shared.store.database import Database, savepoint
 from shared.workflow.requests import digest
 
 MAX_REMOVED = 10_000
@@ -267,7 +266,7 @@ class SchemaChanges:
                 tables=req.removed_tables,
                 columns=[(c.table, c.column) for c in req.removed_columns],
                 digest=request_digest, actor=principal.actor)
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb="schema_change", outcome="recorded",
                 detail={"run": req.run_id, "database": req.database, "schema": req.schema,
                         "tables": len(req.removed_tables), "columns": len(req.removed_columns)})
@@ -309,7 +308,7 @@ class SchemaChanges:
                     op_ids += [i for i in await outbox.reset_for_retry(conn, cid)
                                if i not in op_ids]
             row, open_ = await _settle(conn, row)
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb="schema_change",
                 outcome=row["status"],
                 detail={"run": run_id, "deleted": len(row["deleted"]),
@@ -334,15 +333,14 @@ class SchemaChanges:
         op_ids: list[int] = []
         for cid in matching:
             try:
-                async with conn.transaction():  # a savepoint per card
+                async with savepoint(conn):  # a savepoint per card
                     await card_store.delete(conn, cid)
                     op_id = await outbox.insert(conn, workspace, cid, "delete", None)
-                    await activity_log.record(
+                    await activity.record(
                         conn, workspace, actor=principal.actor, verb="delete", card_uuid=cid,
                         outcome="ok", detail={"schema_change": run_id})
-            except (ArchiveError, psycopg.errors.IntegrityError) as exc:
-                message = exc.message if isinstance(exc, ArchiveError) else str(exc)
-                errors.append({"card_id": card_id_str(cid), "error": message[:500]})
+            except ArchiveError as exc:  # IntegrityViolation included
+                errors.append({"card_id": card_id_str(cid), "error": exc.message[:500]})
                 continue
             op_ids.append(op_id)
             deleted.append(card_id_str(cid))

@@ -1,11 +1,11 @@
-"""The workflow's reads and writes (DESIGN §5-6): proposals, review receipts, the reuse candidates,
-the cards decided in a session.
+"""The session workflow's reads and writes (DESIGN §5-6): proposals, review receipts, the reuse
+candidates, the cards decided in a session.
 
 Also the look-ups of review and solved-index: which link targets exist, re-queued operations.
 
 Functions run on a connection from :meth:`shared.store.database.Database.transaction` (role and
 workspace already set); they neither commit nor check permissions. Payloads (a proposal, a
-receipt) are stored and returned as JSON builtins; :mod:`shared.workflow.sessions` converts them.
+receipt) are stored and returned as JSON builtins; :mod:`shared.archive.sessions` converts them.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class StoredReceipt(msgspec.Struct, frozen=True):
 async def session_proposals(conn: AsyncConnection, session_id: str) -> list[StoredProposal]:
     """The session's proposals in the order they were stored (empty for an unknown session),
     erased ones included (``erased``)."""
-    cur = await conn.execute(Q.wf_proposals_for_session, {"session_id": session_id})
+    cur = await conn.execute(Q.sessions_proposals_for_session, {"session_id": session_id})
     return [StoredProposal(key=r["key"], kind=r["kind"], family=r["family"],
                            card_id=r["card_id"], base_revision=r["base_revision"],
                            proposal=r["proposal"], reuse_card_id=r["reuse_card_id"],
@@ -63,7 +63,7 @@ async def session_proposals(conn: AsyncConnection, session_id: str) -> list[Stor
 
 async def count_proposals(conn: AsyncConnection, session_id: str) -> int:
     """How many proposals the session holds."""
-    row = await (await conn.execute(Q.wf_proposal_count, {"session_id": session_id})).fetchone()
+    row = await (await conn.execute(Q.sessions_proposals_count, {"session_id": session_id})).fetchone()
     return row["n"]
 
 
@@ -76,7 +76,7 @@ async def insert_proposal(conn: AsyncConnection, workspace_id: str, session_id: 
 
     :raises psycopg.errors.UniqueViolation: the session already holds ``key``.
     """
-    await conn.execute(Q.wf_proposal_insert, {
+    await conn.execute(Q.sessions_proposals_insert, {
         "workspace": workspace_id, "session_id": session_id, "key": key, "kind": kind,
         "family": family, "card_id": card_id, "base_revision": base_revision,
         "reuse_card_id": reuse_card_id, "proposal": Jsonb(proposal), "digest": digest,
@@ -91,7 +91,7 @@ async def loose_content_cards(conn: AsyncConnection,
     found: list[list[uuid.UUID]] = [[] for _ in bodies]
     if not bodies:
         return found
-    cur = await conn.execute(Q.wf_cards_loose_content, {
+    cur = await conn.execute(Q.sessions_cards_loose_content, {
         "families": [b.family for b in bodies], "contents": [Jsonb(b.content) for b in bodies]})
     for row in await cur.fetchall():
         found[row["i"] - 1].append(row["id"])
@@ -100,13 +100,13 @@ async def loose_content_cards(conn: AsyncConnection,
 
 async def receipt(conn: AsyncConnection, review_id: str) -> StoredReceipt | None:
     """The receipt stored under ``review_id``, or None."""
-    row = await (await conn.execute(Q.wf_receipt_get, {"review_id": review_id})).fetchone()
+    row = await (await conn.execute(Q.sessions_receipts_get, {"review_id": review_id})).fetchone()
     return _receipt(row)
 
 
 async def session_receipt(conn: AsyncConnection, session_id: str) -> StoredReceipt | None:
     """The receipt of the session's review (a session is reviewed once), or None."""
-    row = await (await conn.execute(Q.wf_receipt_for_session,
+    row = await (await conn.execute(Q.sessions_receipts_for_session,
                                     {"session_id": session_id})).fetchone()
     return _receipt(row)
 
@@ -126,7 +126,7 @@ async def insert_receipt(conn: AsyncConnection, workspace_id: str, *, review_id:
 
     :raises psycopg.errors.UniqueViolation: the review id or the session has a receipt already.
     """
-    await conn.execute(Q.wf_receipt_insert, {
+    await conn.execute(Q.sessions_receipts_insert, {
         "workspace": workspace_id, "review_id": review_id, "session_id": session_id,
         "outcome": outcome, "digest": digest, "result": Jsonb(result), "actor": actor})
 
@@ -146,7 +146,7 @@ class StoredDecision(msgspec.Struct, frozen=True):
 async def session_decisions(conn: AsyncConnection, session_id: str) -> list[StoredDecision]:
     """The cards decided in the session, in the order they were decided (empty for a session
     without decisions)."""
-    cur = await conn.execute(Q.wf_decisions_for_session, {"session_id": session_id})
+    cur = await conn.execute(Q.sessions_decisions_for_session, {"session_id": session_id})
     return [StoredDecision(card_id=r["card_id"], decision=r["decision"],
                            decided_by=r["decided_by"], decided_at=r["decided_at"])
             for r in await cur.fetchall()]
@@ -155,7 +155,7 @@ async def session_decisions(conn: AsyncConnection, session_id: str) -> list[Stor
 async def decided_card_ids(conn: AsyncConnection, session_id: str) -> set[uuid.UUID]:
     """The ids of the cards decided in the session (accepted or rejected): recall in the
     session excludes them and never bridges through them (DESIGN §5)."""
-    cur = await conn.execute(Q.wf_decided_card_ids, {"session_id": session_id})
+    cur = await conn.execute(Q.sessions_decided_card_ids, {"session_id": session_id})
     return {r["card_id"] for r in await cur.fetchall()}
 
 
@@ -168,7 +168,7 @@ async def record_decisions(conn: AsyncConnection, workspace_id: str, session_id:
     """
     if not decisions:
         return
-    await conn.execute(Q.wf_decisions_upsert, {
+    await conn.execute(Q.sessions_decisions_upsert, {
         "workspace": workspace_id, "session_id": session_id,
         "card_ids": [c for c, _ in decisions], "decisions": [d for _, d in decisions],
         "actor": actor})
@@ -183,6 +183,6 @@ async def erase_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, i
     :returns: ``{proposals, receipts}``: how many rows were erased.
     """
     params = {"card_id": card_uuid, "card_ref": card_id_str(card_uuid)}
-    receipts = (await conn.execute(Q.wf_erase_card_receipts, params)).rowcount
-    proposals = (await conn.execute(Q.wf_erase_card_proposals, params)).rowcount
+    receipts = (await conn.execute(Q.sessions_erase_card_receipts, params)).rowcount
+    proposals = (await conn.execute(Q.sessions_erase_card_proposals, params)).rowcount
     return {"proposals": proposals, "receipts": receipts}

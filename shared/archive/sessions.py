@@ -22,7 +22,7 @@ Permissions, checked again here (the reviewer gate, issue 16): ``memory.propose`
   never bridges through them (DESIGN §5, :func:`shared.recall.verified.recall`).
 
 The rules are :mod:`shared.workflow.rules`, the wire format :mod:`shared.workflow.requests`; the
-SQL is in :mod:`shared.store.workflow`. A rejected call is recorded by :func:`audited` alone.
+SQL is in :mod:`shared.store.sessions`. A rejected call is recorded by :func:`audited` alone.
 This module imports no web framework; the writer's ``writer/routes/sessions.py`` only parses and calls it.
 """
 
@@ -35,17 +35,16 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import msgspec
-from psycopg import AsyncConnection
 
 from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
 from shared.models import Card, CardWrite, Source, card_id_str, clean_session_id, parse_card_id
 from shared.projection.queue import ProjectionQueue
-from shared.store import activity_log, outbox, workspaces
+from shared.store import activity, outbox, workspaces
 from shared.store import cards as card_store
-from shared.store import workflow as store
-from shared.store.database import Database
+from shared.store import sessions as store
+from shared.store.database import Connection, Database
 from shared.workflow import rules
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
                                       DecideRequest, Decision, DecisionRecord, FieldChange,
@@ -67,7 +66,7 @@ class _Stored:
     draft: Draft
 
 
-async def _stored(conn: AsyncConnection, session_id: str) -> dict[str, _Stored]:
+async def _stored(conn: Connection, session_id: str) -> dict[str, _Stored]:
     """The session's proposals by key, in the order they were stored (erased ones left out:
     :func:`_erased`)."""
     stored: dict[str, _Stored] = {}
@@ -80,7 +79,7 @@ async def _stored(conn: AsyncConnection, session_id: str) -> dict[str, _Stored]:
     return stored
 
 
-async def _erased(conn: AsyncConnection, session_id: str) -> list[store.StoredProposal]:
+async def _erased(conn: Connection, session_id: str) -> list[store.StoredProposal]:
     """The session's proposals whose content was erased with the card they carried."""
     return [row for row in await store.session_proposals(conn, session_id) if row.erased]
 
@@ -99,12 +98,12 @@ def _erased_item(row: store.StoredProposal) -> SummaryItem:
         erased=True)
 
 
-async def _reviewed(conn: AsyncConnection, session_id: str) -> ReviewReceipt | None:
+async def _reviewed(conn: Connection, session_id: str) -> ReviewReceipt | None:
     row = await store.session_receipt(conn, session_id)
     return msgspec.convert(row.result, ReviewReceipt) if row is not None else None
 
 
-async def _matches(conn: AsyncConnection, bodies: list[CardWrite]) -> list[rules.Match]:
+async def _matches(conn: Connection, bodies: list[CardWrite]) -> list[rules.Match]:
     """The reuse rule (:func:`rules.match`) for each body against the archive's cards: the
     candidates are the cards whose content matches loosely (found by the store)."""
     candidates = await store.loose_content_cards(conn, bodies)
@@ -113,7 +112,7 @@ async def _matches(conn: AsyncConnection, bodies: list[CardWrite]) -> list[rules
             for body, ids in zip(bodies, candidates)]
 
 
-async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrite]],
+async def _reuse(conn: Connection, additions: list[tuple[str, str, CardWrite]],
                  sent: int | None = None) -> list[rules.Match]:
     """The reuse rule over additions ``(where, key, body)``: the existing card each reuses (or
     None: it is created) and the possible duplicate shown for one that is created.
@@ -135,7 +134,7 @@ async def _reuse(conn: AsyncConnection, additions: list[tuple[str, str, CardWrit
     return matches
 
 
-async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[CardWrite],
+async def _batch_reuse(conn: Connection, drafts: list[Draft], bodies: list[CardWrite],
                        stored: dict[str, _Stored]) -> dict[str, rules.Match]:
     """The reuse rule at propose time, for the batch's additions by key: the batch's additions,
     then the stored ones it does not re-send, must not be the same card twice among those that
@@ -155,7 +154,7 @@ async def _batch_reuse(conn: AsyncConnection, drafts: list[Draft], bodies: list[
     return dict(zip((key for _, key, _ in additions[:sent]), matches))
 
 
-async def _edited_cards(conn: AsyncConnection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
+async def _edited_cards(conn: Connection, drafts: Iterable[Draft]) -> dict[uuid.UUID, Card]:
     """The cards the updates among ``drafts`` edit, as they are now (a deleted one is absent)."""
     return await card_store.get_many(
         conn, [c for d in drafts if (c := rules.edited_card(d)) is not None])
@@ -246,7 +245,7 @@ class Workflow:
                 raise Conflict(f"a session holds at most {MAX_SESSION_PROPOSALS} proposals",
                                field="proposals")
             if new_keys:
-                await activity_log.record(
+                await activity.record(
                     conn, workspace, actor=principal.actor, verb="propose", outcome="ok",
                     detail={"session": session_id, "proposals": new_keys[:100],
                             "count": len(new_keys)})
@@ -395,7 +394,7 @@ class Workflow:
             await self.queue.enqueue(workspace, op_ids)
         return outcome
 
-    async def _apply(self, conn: AsyncConnection, principal: Principal, workspace: str,
+    async def _apply(self, conn: Connection, principal: Principal, workspace: str,
                      session_id: str, selection: list[ReviewSelection],
                      stored: dict[str, _Stored],
                      ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry]]:
@@ -464,7 +463,7 @@ class Workflow:
                 op_ids.append(op_id)
                 projection.append(ProjectionEntry(card_id=card_id_str(cid), revision=revision,
                                                   operation=op_id))
-                await activity_log.record(
+                await activity.record(
                     conn, workspace, actor=principal.actor, verb=action, card_uuid=cid,
                     outcome="ok", detail={"session": session_id, "proposal": d.key,
                                           "revision": revision})
@@ -510,7 +509,7 @@ class Workflow:
                                                status="requeued" if state else "deleted",
                                                operations=ops))
                 all_ops += ops
-            await activity_log.record(
+            await activity.record(
                 conn, workspace, actor=principal.actor, verb="solved_index", outcome="ok",
                 detail={"session": session_id, "review": receipt.review_id,
                         "operations": all_ops[:100]})
@@ -557,7 +556,7 @@ class Workflow:
             await store.record_decisions(conn, workspace, session_id, changes, principal.actor)
             rows = await store.session_decisions(conn, session_id)
             for cid, d in changes:  # one record per card, so the card's activity lists it
-                await activity_log.record(
+                await activity.record(
                     conn, workspace, actor=principal.actor, verb="decide", outcome="ok",
                     card_uuid=cid, detail={"session": session_id, "decision": d})
         after = {d.card_id: d for d in rows}
@@ -648,13 +647,13 @@ def _show_review(items: list[SummaryItem], receipt: ReviewReceipt) -> None:
         item.stale, item.problems = False, []
 
 
-async def _store_receipt(conn: AsyncConnection, principal: Principal, workspace: str,
+async def _store_receipt(conn: Connection, principal: Principal, workspace: str,
                          receipt: ReviewReceipt, request_digest: str) -> ReviewOutcome:
     result = msgspec.to_builtins(receipt)
     await store.insert_receipt(conn, workspace, review_id=receipt.review_id,
                                session_id=receipt.session_id, outcome=receipt.outcome,
                                digest=request_digest, result=result, actor=principal.actor)
-    await activity_log.record(
+    await activity.record(
         conn, workspace, actor=principal.actor, verb="review", outcome=receipt.outcome,
         detail={"session": receipt.session_id, "review": receipt.review_id,
                 "cards": [i.card_id for i in receipt.items][:100]})
