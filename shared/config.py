@@ -29,6 +29,9 @@
 | MEMARC_DB_POOL_TIMEOUT_SECONDS | longest wait for a pooled connection, then 503 `pool_exhausted` | 5 |
 | MEMARC_PRIVACY_MAX_CHARS | longest text the privacy filter accepts; a longer card fails its projection (closed) | 500000 |
 | MEMARC_METRICS_TOKEN_FILE | a file holding the bearer token `GET /metrics` then requires | none (`/metrics` is open) |
+| MEMARC_ADMIN_SESSION_HOURS | longest life of a sign-in to the administration pages | 12 |
+| MEMARC_ADMIN_SECRET_FILE | a file holding the secret that signs the administration's CSRF tokens (writers behind one address share it) | a new one per process |
+| MEMARC_EXPLORER_URL | the explorer's public URL, linked from the administration pages | none |
 """
 
 from __future__ import annotations
@@ -74,6 +77,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_pool_timeout_seconds: float = 5.0
     privacy_max_chars: int = 500_000
     metrics_token: str | None = None
+    admin_session_hours: float = 12.0
+    admin_secret: str | None = None
+    explorer_url: str | None = None
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -116,14 +122,29 @@ def _metrics_token(token_file: str | None) -> str | None:
     """
     if token_file is None:
         return None
+    return _read_secret("MEMARC_METRICS_TOKEN_FILE", token_file, "token (write the token "
+                        "there, or unset the variable to leave /metrics open)")
+
+
+def _secret_file(path: str | None) -> str | None:
+    """The secret held in the file ``path`` (``MEMARC_ADMIN_SECRET_FILE``), or None when unset.
+
+    :raises ValueError: the file cannot be read or is empty."""
+    return None if path is None else _read_secret("MEMARC_ADMIN_SECRET_FILE", path, "secret")
+
+
+def _read_secret(variable: str, path: str, what: str) -> str:
+    """The stripped text of the file ``path`` that ``variable`` names.
+
+    :raises ValueError: the file cannot be read, or is empty (``what`` says what it should
+        hold)."""
     try:
-        token = Path(token_file).read_text(encoding="utf-8").strip()
+        value = Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"MEMARC_METRICS_TOKEN_FILE: cannot read {token_file}: {exc}") from exc
-    if not token:
-        raise ValueError(f"MEMARC_METRICS_TOKEN_FILE: {token_file} holds no token (write the "
-                         "token there, or unset the variable to leave /metrics open)")
-    return token
+        raise ValueError(f"{variable}: cannot read {path}: {exc}") from exc
+    if not value:
+        raise ValueError(f"{variable}: {path} holds no {what}")
+    return value
 
 
 def _positive(value: str | None, name: str) -> int | None:
@@ -184,6 +205,9 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "db_pool_timeout_seconds": float(get("MEMARC_DB_POOL_TIMEOUT_SECONDS") or 5),
         "privacy_max_chars": int(get("MEMARC_PRIVACY_MAX_CHARS") or 500_000),
         "metrics_token": _metrics_token(metrics_token_file),
+        "admin_session_hours": float(get("MEMARC_ADMIN_SESSION_HOURS") or 12),
+        "admin_secret": _secret_file(get("MEMARC_ADMIN_SECRET_FILE")),
+        "explorer_url": get("MEMARC_EXPLORER_URL"),
     }
     values.update(overrides)
     if values["index_engine"] not in INDEX_ENGINES:

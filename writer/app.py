@@ -41,6 +41,7 @@ from shared.store.listing import ListQuery
 from writer.auth import authorize, principal_of, provide_principal, reject_unknown_query
 from writer.mcp_server import McpHttpEndpoint
 from writer.metrics import RequestMetrics, metrics
+from writer.routes.admin import AdminPlugin
 from writer.problems import (IMPORT_PROBLEM_RESPONSES, PROBLEM, PROBLEM_RESPONSES,
                              archive_problem, problem_body)
 from writer.workflow import SchemaChangeController, SessionController
@@ -511,6 +512,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
         ),
         request_max_body_size=models.MAX_BODY_BYTES,
         after_exception=[record_boundary_rejection],
+        plugins=[AdminPlugin(settings)],
         debug=False,
     )
 
