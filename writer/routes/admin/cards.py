@@ -116,8 +116,9 @@ async def edit_card(person: NamedDependency[Person], archive: NamedDependency[Ar
     """The card's form, with the outcome of the last save or retry."""
     _require_manage(person)
     detail = await archive.get_card(person.principal, workspace_id, card_id)
+    titles = await _titles(archive, person, workspace_id, [link.target for link in detail.card.links])
     return render("card_form.html", person, form=forms.from_card(detail.card), card=detail.card,
-                  detail=detail, saved=saved, created=created, retried=retried,
+                  detail=detail, saved=saved, created=created, retried=retried, titles=titles,
                   families=models.FAMILIES)
 
 
@@ -136,8 +137,10 @@ async def update_card(request: Request, person: NamedDependency[Person],
     except StaleRevision:
         fresh = await archive.get_card(person.principal, workspace_id, card_id)
         stored = forms.from_card(fresh.card)
+        titles = await _titles(archive, person, workspace_id, [
+            link["target"] for link in stored.links + form.links])
         return render("stale.html", person, status=409, card=fresh.card, form=form,
-                      rows=forms.differences(stored, form))
+                      rows=forms.differences(stored, form, titles))
     except InvalidInput as exc:
         current = await archive.get_card(person.principal, workspace_id, card_id)
         form.family = current.card.family
@@ -170,8 +173,10 @@ async def confirm_delete(person: NamedDependency[Person], archive: NamedDependen
 
 
 async def _titles(archive: Archive, person: Person, workspace: str, ids: list[str]) -> dict[str, str]:
-    titles = {}
-    for cid in ids[:50]:
+    titles: dict[str, str] = {}
+    for cid in dict.fromkeys(ids[:100]):
+        if models.parse_card_id(cid) is None:
+            continue
         try:
             titles[cid] = (await archive.get_card(person.principal, workspace, cid)).card.title
         except NotFound:  # a target deleted meanwhile: shown by id

@@ -140,16 +140,20 @@ def from_pairs(pairs: list[tuple[str, str]], family: str | None = None) -> CardF
     return form
 
 
-def differences(current: CardForm, mine: CardForm) -> list[dict[str, Any]]:
+def differences(current: CardForm, mine: CardForm,
+                titles: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Field by field, the stored card next to the person's version: ``{field, current, mine,
-    differs}`` (texts as a person reads them)."""
+    differs}`` (texts as a person reads them; a link target by its title when ``titles`` has
+    it)."""
+    titles = titles or {}
     def deps(f: CardForm) -> str:
         return "\n".join(".".join(v for v in (d.get(p) for p in DEP_PARTS) if v)
                          for d in f.dependencies)
 
     def links(f: CardForm) -> str:
-        return "\n".join(f"{link['target']} ({link['meaning']})" if link["meaning"]
-                         else link["target"] for link in f.links)
+        named = [(f"“{titles[t]}”" if (t := link["target"]) in titles else t, link["meaning"])
+                 for link in f.links]
+        return "\n".join(f"{t} ({m})" if m else t for t, m in named)
 
     def concepts(f: CardForm) -> str:
         return "\n".join(c.strip() for c in re.split(r"[\n,]", f.concepts) if c.strip())

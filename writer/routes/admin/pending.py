@@ -5,7 +5,7 @@ current state: it never restores an earlier edit or a deleted card."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
 from litestar.di import NamedDependency, Provide
@@ -22,6 +22,27 @@ Text = Annotated[str | None, Parameter(max_length=200)]
 LIMIT = 500
 
 
+_SEVERITY = {"failed": 3, "running": 2, "pending": 1}
+
+
+def by_card(operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per card (a Retry acts on all of a card's operations), oldest first: its
+    operations' count, the worst status, most attempts, the last error, the oldest age, and
+    whether one of them removes the card's point."""
+    rows: dict[str, dict[str, Any]] = {}
+    for op in operations:
+        row = rows.setdefault(op["card_id"], {**op, "count": 0, "op": "upsert"})
+        row["count"] += 1
+        if op["op"] == "delete":
+            row["op"] = "delete"
+        if _SEVERITY.get(op["status"], 0) > _SEVERITY.get(row["status"], 0):
+            row["status"] = op["status"]
+        row["attempts"] = max(row["attempts"], op["attempts"])
+        row["last_error"] = op["last_error"] or row["last_error"]
+        row["age_seconds"] = max(row["age_seconds"], op["age_seconds"])
+    return list(rows.values())
+
+
 @get("/workspaces/{workspace_id:str}/pending", dependencies=DEPS)
 async def pending_page(person: NamedDependency[Person], archive: NamedDependency[Archive],
                        workspace_id: FromPath[WorkspaceId], retried: FromQuery[Text] = None,
@@ -34,7 +55,7 @@ async def pending_page(person: NamedDependency[Person], archive: NamedDependency
         return render("read_only.html", person)
     page = await archive.pending(person.principal, workspace_id, LIMIT, 0)
     status = await archive.status(person.principal, workspace_id)
-    return render("pending.html", person, operations=page.operations, total=page.total,
+    return render("pending.html", person, operations=by_card(page.operations), total=page.total,
                   queue=status["dependencies"]["queue"], retried=retried, queued=queued,
                   queue_down=queue_down, gone=gone)
 
