@@ -32,6 +32,7 @@
 | MEMARC_ADMIN_SESSION_HOURS | longest life of a sign-in to the administration pages | 12 |
 | MEMARC_ADMIN_SECRET_FILE | a file holding the secret that signs the administration's CSRF tokens (writers behind one address share it) | a new one per process |
 | MEMARC_EXPLORER_URL | the explorer's public URL, linked from the administration pages | none |
+| MEMARC_ADMIN_URL | the writer's administration pages (``…/admin``), linked from the explorer | none |
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admin_session_hours: float = 12.0
     admin_secret: str | None = None
     explorer_url: str | None = None
+    admin_url: str | None = None
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -208,6 +210,7 @@ def load_settings(env: dict[str, str] | None = None, **overrides: object) -> Set
         "admin_session_hours": float(get("MEMARC_ADMIN_SESSION_HOURS") or 12),
         "admin_secret": _secret_file(get("MEMARC_ADMIN_SECRET_FILE")),
         "explorer_url": get("MEMARC_EXPLORER_URL"),
+        "admin_url": get("MEMARC_ADMIN_URL"),
     }
     values.update(overrides)
     if values["index_engine"] not in INDEX_ENGINES:

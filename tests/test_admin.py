@@ -26,6 +26,14 @@ async def sign_in(env, headers: dict[str, str]) -> Any:
     return await admin_helpers.sign_in(env.client, headers)
 
 
+async def new_rule(env, headers: dict[str, str], title: str) -> str:
+    """A new SQL rule of acme through the API; its id."""
+    r = await env.client.post(API, headers=headers, json={
+        "family": "sql_rule", "title": title, "content": {"rule": f"{title}."}})
+    assert r.status_code == 201, r.text
+    return r.json()["card"]["id"]
+
+
 def card_form(title: str, definition: str = "A definition.", **extra: str) -> dict[str, str]:
     return {"family": "domain_clarification", "title": title, "content.definition": definition,
             "scope": "", "concepts": "", **extra}
@@ -166,8 +174,7 @@ async def test_a_read_only_person_sees_no_edit_control_and_cannot_post(make_env)
     async with make_env() as env:
         env.workspace("acme")
         manager = env.token("acme")
-        card_id = (await env.client.post(API, headers=manager, json={
-            "family": "sql_rule", "title": "Stays", "content": {"rule": "Stay."}})).json()["card"]["id"]
+        card_id = await new_rule(env, manager, "Stays")
         reader = env.token("acme", "memory.read")
         await sign_in(env, reader)
         page = await env.client.get(f"{ADMIN}/cards")
@@ -346,3 +353,27 @@ async def test_the_explorer_and_the_administration_serve_one_stylesheet(make_env
         assert 'href="/admin/static/memarc.css"' in sign_in.text
         assert re.findall(r'<input[^>]*id="([^"]+)"', sign_in.text) == ["token"]
         assert '<label for="token">' in sign_in.text
+
+
+async def test_the_explorer_links_to_the_administration_or_says_where_editing_happens(make_env):
+    from datasette.app import Datasette
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card_id = await new_rule(env, h, "Linked")
+        for admin_url in (None, "http://writer.example/admin"):
+            plugin = {"database_url": env.settings.database_url, "workspaces": {"alice": ["acme"]},
+                      **({"admin_url": admin_url} if admin_url else {})}
+            ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": plugin}})
+            cookies = {"ds_actor": ds.sign({"a": {"id": "alice"}}, "actor")}
+            card = await ds.client.get(f"/-/memory/acme/{card_id}", cookies=cookies)
+            pending = await ds.client.get("/-/memory/acme/-/pending", cookies=cookies)
+            if admin_url is None:
+                assert "This explorer is read-only" in card.text and "/admin" in card.text
+                assert "Retry in the administration" not in pending.text
+            else:
+                edit = f"{admin_url}/workspaces/acme/cards/{card_id}"
+                assert f'href="{edit}">Edit</a>' in card.text
+                assert f'href="{edit}/delete">Delete…</a>' in card.text
+                assert f'href="{admin_url}/workspaces/acme/pending">Retry' in pending.text
