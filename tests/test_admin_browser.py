@@ -29,7 +29,8 @@ API = "/api/workspaces/acme/memory"
 SIZES = [(1280, 800), (1920, 1080)]
 EXPLORER = "http://127.0.0.1:8001/-/memory/acme"
 
-#: cells whose content does not fit (scrolls or spills), and tables wider than the page
+#: cells whose content does not fit (scrolls or spills), inputs in tables too narrow to type in,
+#: form fields without a label, and pages wider than the window
 OVERFLOW_JS = """() => {
   const bad = [];
   for (const cell of document.querySelectorAll('table td, table th')) {
@@ -39,6 +40,10 @@ OVERFLOW_JS = """() => {
   }
   for (const input of document.querySelectorAll('table input[type=text]')) {
     if (input.clientWidth < 60) { bad.push('input too narrow: ' + input.id + ' ' + input.clientWidth); }
+  }
+  for (const field of document.querySelectorAll('input, select, textarea')) {
+    if (['hidden', 'submit', 'button'].includes(field.type)) { continue; }
+    if (!field.labels || field.labels.length === 0) { bad.push('no label: ' + (field.id || field.name)); }
   }
   if (document.documentElement.scrollWidth > window.innerWidth + 1) {
     bad.push('page wider than the window: ' + document.documentElement.scrollWidth);
@@ -180,6 +185,21 @@ async def test_a_person_administers_cards_in_chromium(make_env, chromium, width,
                 await navigate(page, page.click("a[data-cancel]"))
                 assert len(dialogs) == 2
                 assert await page.input_value("#title") == "Orders: my title"
+                # leaving by another link with unsaved typing: the browser asks first
+                await page.click("#title")
+                await page.keyboard.type(" (unsaved)")
+                kinds: list[str] = []
+
+                async def stay(dialog) -> None:
+                    kinds.append(dialog.type)
+                    await dialog.dismiss()
+
+                page.once("dialog", lambda d: asyncio.ensure_future(stay(d)))
+                await page.click(".memarc-nav >> text=Cards")
+                await page.wait_for_timeout(500)
+                assert kinds == ["beforeunload"] and page.url == card_url
+                assert await page.input_value("#title") == "Orders: my title (unsaved)"
+                await page.goto(card_url)  # (the test's own navigation is not asked about)
 
                 # the card's activity names the token
                 await navigate(page, page.click("text=Activity"))

@@ -24,7 +24,6 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
-from shared.archive.browser_sessions import BrowserSessions
 from shared.config import Settings
 from writer.routes.admin import auth, cards, pending
 from writer.routes.admin.pages import EXCEPTION_HANDLERS, PREFIX
@@ -71,4 +70,4 @@ class AdminPlugin(InitPlugin):
         return app_config
 
 
-__all__ = ["AdminPlugin", "BrowserSessions"]
+__all__ = ["AdminPlugin"]

@@ -21,8 +21,8 @@ from litestar.response import Template
 from shared.archive.browser_sessions import OpenedSession
 from shared.errors import Unauthorized
 from writer.auth import client_address
-from writer.routes.admin.pages import (COOKIE, PREFIX, Person, SignInRequired, Urls, local_next,
-                                       provide_person, render, see_other, sessions)
+from writer.routes.admin.pages import (COOKIE, PREFIX, Person, Urls, local_next, provide_person,
+                                       render, see_other, sessions)
 
 Text = Annotated[str | None, Parameter(max_length=2000)]
 
@@ -120,4 +120,4 @@ async def sign_out(request: Request, person: NamedDependency[Person]) -> Respons
 
 
 HANDLERS = [home, sign_in_form, sign_in, link_form, link_sign_in, sign_out]
-__all__ = ["HANDLERS", "SignInRequired"]
+__all__ = ["HANDLERS"]
