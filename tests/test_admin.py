@@ -303,7 +303,9 @@ async def test_delete_asks_names_what_goes_and_says_what_was_removed(make_env):
                                   data={"_csrf_token": token, "confirm": "delete"})
         assert r.status_code == 200
         text = re.sub(r"\s+", " ", r.text)
-        assert "was deleted, with 1 dependency, 1 outgoing link and 1 incoming link (from “Linker”" in text
+        assert "was deleted, with 1 dependency, 1 outgoing link and 1 incoming link:" in text
+        assert "1 incoming link: from “Linker” (see) (those cards stay)" in text
+        assert "1 outgoing link: to “Target” (refines)" in text
         assert env.scalar("SELECT count(*) FROM memory.cards") == 2
         assert env.scalar("SELECT count(*) FROM memory.card_links") == 0
 

@@ -216,7 +216,8 @@ async def test_a_person_administers_cards_in_chromium(make_env, chromium, width,
                 await look(page, "delete-confirm", size)
                 await navigate(page, page.click("input[type=submit].memarc-danger"))
                 deleted = await text(page, "#outcome")
-                assert "was deleted, with 1 dependency, 1 outgoing link and 0 incoming links" in deleted
+                assert "was deleted, with 1 dependency, 1 outgoing link and 0 incoming links:" in deleted
+                assert "1 dependency: shop.public.orders.order_date" in deleted
                 await look(page, "deleted", size)
 
                 # pending index updates
