@@ -64,6 +64,9 @@ async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_it(make_
         page = await env.client.get(f"{ADMIN}/cards")
         assert page.status_code == 200 and "0 cards" in page.text
         assert bearer(h) not in page.text
+        # signing in again in this browser ends its earlier session
+        await sign_in(env, h)
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE ended_at IS NULL") == 1
         secret = env.client.cookies.get("memarc_admin")
         # sign out: the session row ends, so even a copy of the cookie is signed out
         token = await csrf(env.client, f"{ADMIN}/cards")
@@ -72,7 +75,7 @@ async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_it(make_
         env.client.cookies.set("memarc_admin", secret, path="/admin")
         r = await env.client.get(f"{ADMIN}/cards")
         assert r.status_code == 303 and "reason=ended" in r.headers["location"]
-        assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE ended_at IS NOT NULL") == 1
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE ended_at IS NULL") == 0
 
 
 async def test_a_wrong_token_does_not_sign_in(make_env):
@@ -178,7 +181,8 @@ async def test_a_read_only_person_sees_no_edit_control_and_cannot_post(make_env)
         reader = env.token("acme", "memory.read")
         await sign_in(env, reader)
         page = await env.client.get(f"{ADMIN}/cards")
-        assert page.status_code == 200 and "recall only" in page.text
+        assert page.status_code == 200 and "it cannot edit cards" in page.text
+        assert "<code>memory.read</code> allows recall only" in page.text
         forms = re.findall(r'<form[^>]*action="([^"]+)"', page.text)
         assert forms == ["/admin/sign-out"]
         assert "New card" not in page.text and "Delete" not in page.text
@@ -379,3 +383,13 @@ async def test_the_explorer_links_to_the_administration_or_says_where_editing_ha
                 assert f'href="{edit}">Edit</a>' in card.text
                 assert f'href="{edit}/delete">Delete…</a>' in card.text
                 assert f'href="{admin_url}/workspaces/acme/pending">Retry' in pending.text
+
+
+async def test_a_token_without_memory_manage_is_told_what_it_holds(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        await sign_in(env, env.token("acme", "memory.review"))
+        page = await env.client.get(f"{ADMIN}/cards")
+        text = re.sub(r"\s+", " ", page.text)
+        assert "Your token holds <code>memory.review</code>: it cannot edit cards." in text
+        assert "allows recall only" not in text and "New card" not in text

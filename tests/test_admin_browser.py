@@ -233,7 +233,7 @@ async def test_a_person_administers_cards_in_chromium(make_env, chromium, width,
                 await rpage.goto(f"{base}/admin/sign-in")
                 await rpage.fill("#token", reader["Authorization"].removeprefix("Bearer "))
                 await navigate(rpage, rpage.click("input[type=submit][value='Sign in']"))
-                assert "recall only" in await text(rpage)
+                assert "it cannot edit cards" in await text(rpage)
                 assert await rpage.locator("text=New card").count() == 0
                 assert await rpage.locator("form").count() == 1  # sign-out only
                 await look(rpage, "read-only", size)

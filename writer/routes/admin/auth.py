@@ -11,6 +11,7 @@ never appears in a URL. Failed sign-ins are counted and logged like failed API a
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from datetime import datetime, timezone
 from typing import Annotated
 
 from litestar import Request, Response, get, post
@@ -37,7 +38,7 @@ def _signed_in(request: Request, opened: OpenedSession, next_url: str | None) ->
     """303 to ``next_url`` (a page of the administration) or the workspace's cards, with the
     session cookie."""
     response = see_other(local_next(next_url) or Urls(opened.principal.workspace).cards())
-    seconds = int((opened.expires_at - _now()).total_seconds())
+    seconds = int((opened.expires_at - datetime.now(timezone.utc)).total_seconds())
     response.set_cookie(COOKIE, opened.secret, path=PREFIX, max_age=max(seconds, 1),
                         httponly=True, samesite="strict", secure=request.url.scheme == "https")
     return response
@@ -53,13 +54,14 @@ async def _open(request: Request, opening: Awaitable[OpenedSession], next_url: s
         _failed(request, exc)
         return render("sign_in.html", None, status=401, next=local_next(next_url),
                       error=error.format(exc.message))
+    previous = request.cookies.get(COOKIE)
+    if previous:  # this browser's earlier session ends: one session per sign-in
+        try:
+            await sessions(request).sign_out(previous,
+                                             await sessions(request).principal(previous))
+        except Unauthorized:
+            pass  # it had ended already
     return _signed_in(request, opened, next_url)
-
-
-def _now():
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)
 
 
 def _failed(request: Request, exc: Unauthorized) -> None:
