@@ -12,6 +12,9 @@
   ``MEMARC_DATABASE_URL`` environment, with ``MEMARC_DATABASE_PASSWORD_FILE``). Not needed when
   the runner hands the explorer its shared resources (``datasette.memarc_resources``).
 - ``schema``: PostgreSQL schema of the archive (default ``MEMARC_DB_SCHEMA``, else ``memory``).
+- ``admin_url``: the writer's administration pages (``http://host:8000/admin``): card, list
+  and pending pages link there to edit, delete and retry (default ``MEMARC_ADMIN_URL``; unset:
+  the pages say where editing happens).
 - ``workspaces``: actor id -> list of workspace ids, or ``"*"`` for every workspace. The root actor
   (``datasette --root``) sees every workspace; an actor not mapped sees none (unless another
   plugin grants the ``memarc-view-workspace`` permission).
@@ -42,6 +45,8 @@ class ExplorerConfig(msgspec.Struct, frozen=True, kw_only=True):
     schema: str | None
     #: actor id -> workspace ids; ``None`` means every workspace
     workspaces: dict[str, frozenset[str] | None]
+    #: the writer's administration pages, linked from the explorer's (None: not configured)
+    admin_url: str | None = None
 
     def workspaces_of(self, actor_id: str) -> frozenset[str] | None:
         """The workspaces mapped to an actor id: a set (empty when unmapped), or None for all."""
@@ -61,6 +66,7 @@ class _Raw(msgspec.Struct, forbid_unknown_fields=True):
     database_url: str | None = None
     schema: str | None = None
     workspaces: dict[str, str | list[str]] = {}
+    admin_url: str | None = None
 
 
 def load(datasette: Any) -> ExplorerConfig:
@@ -83,4 +89,6 @@ def load(datasette: Any) -> ExplorerConfig:
         else:
             workspaces[actor_id] = None if ALL in value else frozenset(value)
     return ExplorerConfig(database_url=raw.database_url or None, schema=raw.schema or None,
-                          workspaces=workspaces)
+                          workspaces=workspaces,
+                          admin_url=(raw.admin_url or load_settings().admin_url or "").rstrip("/")
+                          or None)

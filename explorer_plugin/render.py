@@ -6,6 +6,7 @@ from typing import Any
 
 from datasette import Response
 
+from . import config
 from .export import iso_time
 from .urls import Urls, crumbs
 
@@ -32,6 +33,7 @@ async def page(datasette: Any, request: Any, template: str, context: dict[str, A
     :func:`~explorer_plugin.urls.crumbs`; the workspace crumb from ``context["workspace"]``)."""
     urls = Urls(datasette)
     base = {"memarc_urls": urls, "fmt_time": iso_time, "fmt_age": fmt_age,
+            "memarc_admin_url": config.load(datasette).admin_url,
             "crumbs_items": crumbs(urls, depth, context.get("workspace"))}
     html = await datasette.render_template(template, {**base, **context}, request=request,
                                            view_name=template.removesuffix(".html"))

@@ -52,6 +52,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_pool_timeout_seconds: float
     privacy_max_chars: int
     metrics_token: str | None
+    admin_session_hours: float
+    admin_secret: str | None
+    explorer_url: str | None
+    admin_url: str | None
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -117,6 +121,20 @@ def _token_file(value: str, variable: str) -> str:
         raise ValueError(f"{variable}: {value} holds no token (write the "
                          "token there, or unset the variable to leave /metrics open)")
     return token
+
+
+def _secret_file(value: str, variable: str) -> str:
+    """The secret held by the file ``value``.
+
+    :raises ValueError: the file cannot be read, or is empty.
+    """
+    try:
+        secret = Path(value).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{variable}: cannot read {value}: {exc}") from exc
+    if not secret:
+        raise ValueError(f"{variable}: {value} holds no secret")
+    return secret
 
 
 @dataclass(frozen=True)
@@ -213,6 +231,17 @@ SETTINGS: tuple[Setting, ...] = (
             "a file holding the bearer token `GET /metrics` then requires (a file that cannot "
             "be read or holds no token is refused); unset: `/metrics` is open", None,
             _token_file),
+    Setting("MEMARC_ADMIN_SESSION_HOURS", "admin_session_hours",
+            "longest life of a sign-in to the administration pages, in hours", 12.0, _float),
+    Setting("MEMARC_ADMIN_SECRET_FILE", "admin_secret",
+            "a file holding the secret that signs the administration's CSRF tokens (writers "
+            "behind one address share it); unset: a new one per process", None, _secret_file),
+    Setting("MEMARC_EXPLORER_URL", "explorer_url",
+            "the explorer's public URL, linked from the administration pages; unset: no link",
+            None),
+    Setting("MEMARC_ADMIN_URL", "admin_url",
+            "the writer's administration pages (`…/admin`), linked from the explorer; unset: "
+            "the explorer says where editing happens", None),
 )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from admin_helpers import seed_admin_rows
 from helpers import archive_row_counts, archive_tables, row_changes, start_server, stop_server
 
 from shared.auth import PERMISSIONS, Principal
@@ -34,6 +35,9 @@ ALL = ("memory.manage", "memory.propose", "memory.review", "memory.schema")
 #: kept after it, readable by the migrator login only)
 GLOBAL_TABLES = {"schema_migrations", "projection_formats", "workspace_removals"}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
+#: the administration pages authenticate by a session cookie, not a bearer token: their
+#: workspace and permission checks are tested in tests/test_admin.py
+COOKIE_ROUTES = "/admin"
 SESSION_PATH = "/api/workspaces/{workspace_id}/sessions/{session_id}"
 
 
@@ -80,6 +84,7 @@ async def seed(env) -> dict[str, Any]:
         assert r.status_code == 200, r.text
         rebuild = await env.client.post(f"{base}/index", headers=h)
         assert rebuild.status_code == 202, rebuild.text
+        await seed_admin_rows(env, ws, h)  # a browser session, a sign-in link
         data[ws] = {"card": first["card"]["id"], "card2": second.json()["card"]["id"],
                     "session": sess, "rebuild": rebuild.json()["id"],
                     "secrets": [first["card"]["id"], second.json()["card"]["id"],
@@ -115,7 +120,7 @@ def api_routes(app) -> list[tuple[str, str, Any]]:
         for handler in getattr(route, "route_handlers", []):
             for method in sorted(handler.http_methods - {"OPTIONS"}):
                 path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
-                if (method, path) in PUBLIC_ROUTES or path.startswith("/schema"):
+                if (method, path) in PUBLIC_ROUTES or path.startswith(("/schema", COOKIE_ROUTES)):
                     continue
                 out.append((method, path, handler))
     return out
@@ -227,7 +232,8 @@ async def test_every_route_refuses_other_workspaces_and_missing_permissions(make
 # ---- CLI ----
 
 #: Commands that do not act on a workspace through a token.
-BOOTSTRAP = {"migrate", "workspace", "token"}  # migrator credentials (operators only)
+BOOTSTRAP = {"migrate", "workspace", "token",  # migrator credentials (operators only)
+             "sign-in-link"}
 # long-running servers (mcp: its tools per permission and workspace are in tests/test_mcp.py)
 PROCESSES = {"up", "writer", "worker", "explorer", "mcp"}
 LOCAL = {"convert-bird"}  # reads local dataset files only

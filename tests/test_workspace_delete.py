@@ -11,6 +11,7 @@ import json
 
 import psycopg
 import pytest
+from admin_helpers import seed_admin_rows
 from helpers import run_cli
 from psycopg import sql
 
@@ -68,6 +69,7 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
         "run_id": "sync-1", "database": "crm", "schema": "public", "removed_tables": ["x"]})
     assert r.status_code == 200, r.text
     assert (await env.client.post(f"{mem}/index", headers=h["manage"])).status_code == 202
+    await seed_admin_rows(env, ws, h["manage"])  # a browser session, a sign-in link
     await env.drain()
     return h
 

@@ -26,6 +26,7 @@ from writer.mcp_server import McpHttpEndpoint
 from writer.metrics import RequestMetrics, metrics
 from writer.problems import EXCEPTION_HANDLERS, record_boundary_rejection
 from writer.routes import workspace_router
+from writer.routes.admin import AdminPlugin
 from writer.routes.health import healthz, readyz
 
 def routes(mcp_endpoint: McpHttpEndpoint) -> list[ControllerRouterHandler]:
@@ -85,5 +86,6 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
         ),
         request_max_body_size=models.MAX_BODY_BYTES,
         after_exception=[record_boundary_rejection],
+        plugins=[AdminPlugin(settings)],
         debug=False,
     )

@@ -21,6 +21,16 @@ DEMO_PERMISSIONS = ("memory.manage", "memory.propose")
 DEMO_REVIEW_PERMISSIONS = ("memory.review",)
 
 
+def admin_sign_in_link(settings: Settings, workspace: str, writer_url: str) -> str:
+    """A one-time sign-in link to the administration pages of ``workspace`` (``memory.manage``,
+    as ``memarc sign-in-link`` prints it; valid 15 minutes: print another with that command)."""
+    from shared.archive.browser_sessions import create_sign_in_link
+
+    link = create_sign_in_link(settings.migrator_database_url, settings.db_schema, workspace,
+                               ["memory.manage"], session_hours=settings.admin_session_hours)
+    return f"{writer_url}/admin/sign-in/link?code={link['code']}"
+
+
 def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
     """Create ``workspace`` (language ``en``) if it does not exist, revoke the tokens of the
     previous demo start and create two new ones, the reviewer gate kept (issue 16): the

@@ -28,7 +28,7 @@ from shared.models import LANGUAGES
 from shared.worker import build_worker, stop_worker, supervise_worker
 from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
-from writer.demo import demo_token, load_demo_cards
+from writer.demo import admin_sign_in_link, demo_token, load_demo_cards
 from writer.embedded import EmbeddedServices
 
 EMBEDDED_REFUSAL = (
@@ -84,7 +84,8 @@ def explorer_app(settings: Settings, resources: Resources | None, workspaces: di
         "title": "Memory archive",
         "plugins": {"memarc-explorer": {"database_url": settings.database_url,
                                          "schema": settings.db_schema,
-                                         "workspaces": workspaces}},
+                                         "workspaces": workspaces,
+                                         "admin_url": settings.admin_url}},
     }
     ds = Datasette(memory=False, metadata=metadata, settings={"base_url": "/"},
                    secret=secret or os.environ.get("DATASETTE_SECRET") or None)
@@ -195,7 +196,13 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
               demo_workspace: str | None, cards_path: Path | None) -> None:
     from writer.app import create_app
 
+    import msgspec
+
     out = sys.stdout
+    # the administration and the explorer link to each other
+    settings = msgspec.structs.replace(
+        settings, admin_url=settings.admin_url or f"http://{host}:{port}/admin",
+        explorer_url=settings.explorer_url or f"http://{host}:{explorer_port}/-/memory")
     notices: list[str] = []
     applied = await asyncio.to_thread(migrate, settings.migrator_database_url, settings.db_schema,
                                       login_of(settings.database_url or ""), notices=notices)
@@ -212,6 +219,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             "metrics": f"http://{host}:{port}/metrics",
             "mcp": f"http://{host}:{port}/mcp",
             "explorer": f"http://{host}:{explorer_port}/-/memory",
+            "admin": f"http://{host}:{port}/admin",
             "index": settings.qdrant_url or (
                 f"embedded Qdrant Edge: {Path(settings.data_dir) / 'edge'}"
                 if settings.index_engine == "edge"
@@ -224,6 +232,8 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
             info["review_token"] = token["review_token"]["token"]
+            info["admin_sign_in"] = admin_sign_in_link(settings, demo_workspace,
+                                                       f"http://{host}:{port}")
         ds = explorer_app(settings, resources, {}, secret=explorer_secret(settings))
         info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
         print(json.dumps(info, indent=2), file=out, flush=True)

@@ -785,3 +785,31 @@ WHERE d.database_name = %(database)s AND d.schema_name = %(schema)s
        OR EXISTS (SELECT 1 FROM unnest(%(col_tables)s::text[], %(col_names)s::text[]) AS r(t, c)
                   WHERE d.table_name = r.t AND d.column_name = r.c))
 ORDER BY d.card_id;
+
+-- ==== admin_sessions: administration sessions in the browser (shared/store/admin_sessions.py, migration 018) ====
+-- name: admin_sessions_insert
+-- Open a browser session of a token (its secret's digest only).
+INSERT INTO admin_sessions (id, workspace_id, secret_hash, token_id, expires_at)
+VALUES (%(id)s, %(workspace)s, %(digest)s, %(token_id)s, %(expires_at)s);
+
+-- name: admin_sessions_principal
+-- A session with its token's permissions and state, by its secret's digest (any workspace).
+SELECT session_id, workspace_id, token_id, permissions, database_name, schema_name, expires_at,
+       ended_at, token_expires_at, revoked_at
+FROM admin_session_principal(%(digest)s);
+
+-- name: admin_sessions_end
+-- End a session (sign-out).
+UPDATE admin_sessions SET ended_at = now()
+WHERE secret_hash = %(digest)s AND ended_at IS NULL;
+
+-- name: admin_sessions_redeem_link
+-- Redeem a one-time sign-in link once, through its definer function.
+SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
+FROM admin_redeem_sign_in_link(%(digest)s);
+
+-- name: admin_sessions_insert_link
+-- Bootstrap (migrator): a one-time sign-in link for a token of the workspace.
+INSERT INTO admin_sign_in_links (code_hash, workspace_id, token_id, expires_at)
+VALUES (%(digest)s, %(workspace)s, %(token_id)s, %(expires_at)s)
+RETURNING created_at, expires_at;

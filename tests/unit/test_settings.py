@@ -28,6 +28,7 @@ DEFAULTS = {
     "embed_threads": 2, "data_dir": ".memarc", "sweep_seconds": 5.0, "lease_seconds": 120,
     "max_attempts": 5, "worker_jobs": 2, "lock_timeout_seconds": 10.0, "db_pool_size": 8,
     "db_pool_timeout_seconds": 5.0, "privacy_max_chars": 500_000, "metrics_token": None,
+    "admin_session_hours": 12.0, "admin_secret": None, "explorer_url": None, "admin_url": None,
 }
 
 
@@ -52,6 +53,7 @@ def test_an_empty_variable_is_unset():
 def test_each_variable_is_read_into_its_field(tmp_path: Path):
     (tmp_path / "key").write_text(" qdrant-key \n")
     (tmp_path / "metrics").write_text("metrics-token\n")
+    (tmp_path / "admin").write_text("admin-secret\n")
     env = {
         "MEMARC_DATABASE_URL": "postgresql://app@db.example:5433/archive?sslmode=require",
         "MEMARC_DB_SCHEMA": "mem", "MEMARC_REDIS_URL": "redis://r:6379/2",
@@ -67,6 +69,8 @@ def test_each_variable_is_read_into_its_field(tmp_path: Path):
         "MEMARC_LOCK_TIMEOUT_SECONDS": "2", "MEMARC_DB_POOL_SIZE": "16",
         "MEMARC_DB_POOL_TIMEOUT_SECONDS": "1e1", "MEMARC_PRIVACY_MAX_CHARS": "60",
         "MEMARC_METRICS_TOKEN_FILE": str(tmp_path / "metrics"),
+        "MEMARC_ADMIN_SESSION_HOURS": "0.5", "MEMARC_ADMIN_SECRET_FILE": str(tmp_path / "admin"),
+        "MEMARC_EXPLORER_URL": "http://e:8001", "MEMARC_ADMIN_URL": "http://w:8000/admin",
     }
     assert _typed(_fields(load_settings(env))) == _typed({
         "database_url": "postgresql://app@db.example:5433/archive?sslmode=require",
@@ -79,7 +83,9 @@ def test_each_variable_is_read_into_its_field(tmp_path: Path):
         "embed_threads": 0, "data_dir": "/state", "sweep_seconds": 0.5, "lease_seconds": 30,
         "max_attempts": -1, "worker_jobs": 4, "lock_timeout_seconds": 2.0, "db_pool_size": 16,
         "db_pool_timeout_seconds": 10.0, "privacy_max_chars": 60,
-        "metrics_token": "metrics-token",
+        "metrics_token": "metrics-token", "admin_session_hours": 0.5,
+        "admin_secret": "admin-secret", "explorer_url": "http://e:8001",
+        "admin_url": "http://w:8000/admin",
     })
 
 

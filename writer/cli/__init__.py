@@ -17,11 +17,13 @@ import json
 import os
 import sys
 
-from writer.cli import api_commands, bootstrap_commands, dataset_commands, process_commands
+from writer.cli import (admin_commands, api_commands, bootstrap_commands, dataset_commands,
+                        process_commands)
 from writer.cli.command import CliError, emit
 
 #: The command modules, in the order of ``memarc --help``.
-COMMAND_MODULES = (bootstrap_commands, process_commands, api_commands, dataset_commands)
+COMMAND_MODULES = (bootstrap_commands, admin_commands, process_commands, api_commands,
+                   dataset_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,395 @@
+"""The administration pages (issue 24, DESIGN §12) over HTTP: sign-in and its cookie, sign-out and
+a revoked token ending the session, the one-time sign-in link, CSRF (a POST without the form's
+token is a 403 and writes nothing), escaping of card text, a ``memory.read`` person without edit
+controls whose POSTs are 403, and the card pages' outcomes (saved, stale, invalid, deleted,
+retried). The browser test is ``tests/test_admin_browser.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import admin_helpers
+from admin_helpers import CSRF_RE, bearer, csrf
+from helpers import archive_row_counts, row_changes
+
+from shared.archive.browser_sessions import create_sign_in_link
+from shared.store.bootstrap import revoke_token
+
+API = "/api/workspaces/acme/memory"
+ADMIN = "/admin/workspaces/acme"
+
+
+async def sign_in(env, headers: dict[str, str]) -> Any:
+    """Sign the env's client in with the token of ``headers``; returns the response."""
+    return await admin_helpers.sign_in(env.client, headers)
+
+
+async def new_rule(env, headers: dict[str, str], title: str) -> str:
+    """A new SQL rule of acme through the API; its id."""
+    r = await env.client.post(API, headers=headers, json={
+        "family": "sql_rule", "title": title, "content": {"rule": f"{title}."}})
+    assert r.status_code == 201, r.text
+    return r.json()["card"]["id"]
+
+
+def card_form(title: str, definition: str = "A definition.", **extra: str) -> dict[str, str]:
+    return {"family": "domain_clarification", "title": title, "content.definition": definition,
+            "scope": "", "concepts": "", **extra}
+
+
+def counts(env) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(env.migrator_url) as conn:
+        return archive_row_counts(conn)
+
+
+async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_it(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        r = await env.client.get(f"{ADMIN}/cards")
+        assert r.status_code == 303 and r.headers["location"].startswith("/admin/sign-in?")
+        r = await sign_in(env, h)
+        assert r.headers["location"] == f"{ADMIN}/cards"
+        assert bearer(h) not in r.headers["location"]
+        cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("memarc_admin="))
+        flags = [f.strip().lower() for f in cookie.split(";")]
+        assert "httponly" in flags and "samesite=strict" in flags and "path=/admin" in flags
+        assert any(f.startswith("max-age=") for f in flags)
+        csrf_cookie = env.client.cookies.get("memarc_csrf")
+        assert csrf_cookie
+        page = await env.client.get(f"{ADMIN}/cards")
+        assert page.status_code == 200 and "0 cards" in page.text
+        assert bearer(h) not in page.text
+        # signing in again in this browser ends its earlier session
+        await sign_in(env, h)
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE ended_at IS NULL") == 1
+        secret = env.client.cookies.get("memarc_admin")
+        # sign out: the session row ends, so even a copy of the cookie is signed out
+        token = await csrf(env.client, f"{ADMIN}/cards")
+        r = await env.client.post("/admin/sign-out", data={"_csrf_token": token})
+        assert r.status_code == 303 and r.headers["location"] == "/admin/sign-in?reason=ended"
+        env.client.cookies.set("memarc_admin", secret, path="/admin")
+        r = await env.client.get(f"{ADMIN}/cards")
+        assert r.status_code == 303 and "reason=ended" in r.headers["location"]
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE ended_at IS NULL") == 0
+
+
+async def test_a_wrong_token_does_not_sign_in(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        token = await csrf(env.client, "/admin/sign-in")
+        r = await env.client.post("/admin/sign-in", data={"token": "mat_nope", "_csrf_token": token})
+        assert r.status_code == 401 and "That token cannot sign in" in r.text
+        assert "mat_nope" not in r.text
+        assert "memarc_admin" not in env.client.cookies
+
+
+async def test_a_revoked_token_ends_its_sessions(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await sign_in(env, h)
+        assert (await env.client.get(f"{ADMIN}/cards")).status_code == 200
+        token_id = env.scalar("SELECT token_id FROM memory.admin_sessions")
+        revoke_token(env.migrator_url, "memory", str(token_id))
+        r = await env.client.get(f"{ADMIN}/cards")
+        assert r.status_code == 303 and "reason=revoked" in r.headers["location"]
+        page = await env.client.get(r.headers["location"])
+        assert "was revoked" in page.text
+        # and a POST with that session writes nothing
+        before = counts(env)
+        r = await env.client.post(f"{ADMIN}/cards/new", data={
+            **card_form("After revocation"), "_csrf_token": env.client.cookies.get("memarc_csrf")})
+        assert r.status_code == 401
+        assert row_changes(before, counts(env)) == {}
+
+
+async def test_a_one_time_sign_in_link_signs_in_once(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        link = create_sign_in_link(env.migrator_url, "memory", "acme", ["memory.manage"])
+        page = await env.client.get(f"/admin/sign-in/link?code={link['code']}")
+        assert page.status_code == 200
+        token = CSRF_RE.search(page.text).group(1)
+        r = await env.client.post("/admin/sign-in/link", data={"code": link["code"],
+                                                               "_csrf_token": token})
+        assert r.status_code == 303 and r.headers["location"] == f"{ADMIN}/cards"
+        assert link["code"] not in r.headers["location"]
+        assert (await env.client.get(f"{ADMIN}/cards")).status_code == 200
+        r = await env.client.post("/admin/sign-in/link", data={"code": link["code"],
+                                                               "_csrf_token": token})
+        assert r.status_code == 401 and "used already" in r.text
+
+
+async def test_a_post_without_the_csrf_token_is_403_and_writes_nothing(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await sign_in(env, h)
+        created = await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": "Kept", "content": {"rule": "Keep it."}})
+        assert created.status_code == 201  # the bearer-token API needs no CSRF token
+        card_id = created.json()["card"]["id"]
+        before = counts(env)
+        for data in (card_form("Forged"), {**card_form("Forged"), "_csrf_token": "x" * 128}):
+            for path in (f"{ADMIN}/cards/new", f"{ADMIN}/cards/{card_id}/delete",
+                         f"{ADMIN}/pending/retry-all", "/admin/sign-out"):
+                r = await env.client.post(path, data={**data, "confirm": "delete"})
+                assert r.status_code == 403, (path, r.status_code)
+                assert "Nothing was changed" in r.text
+        assert row_changes(before, counts(env)) == {}
+        assert (await env.client.get(f"{ADMIN}/cards")).status_code == 200  # still signed in
+        # with the token, the same form creates the card
+        token = await csrf(env.client, f"{ADMIN}/cards/new")
+        r = await env.client.post(f"{ADMIN}/cards/new", data={**card_form("Made"),
+                                                               "_csrf_token": token})
+        assert r.status_code == 303 and "saved=pending" in r.headers["location"]
+
+
+async def test_card_text_is_escaped(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        evil = '<script>alert(1)</script>'
+        quote = '" onmouseover="alert(2)'
+        r = await env.client.post(API, headers=h, json={
+            "family": "domain_clarification", "title": f"{evil} title {quote}",
+            "content": {"definition": f"{evil} {quote}"}, "scope": quote,
+            "concepts": [evil], "dependencies": [{"database": quote}]})
+        card_id = r.json()["card"]["id"]
+        await sign_in(env, h)
+        for path in (f"{ADMIN}/cards", f"{ADMIN}/cards/{card_id}", f"{ADMIN}/cards/{card_id}/delete",
+                     f"{ADMIN}/cards/{card_id}/activity", f"{ADMIN}/pending"):
+            page = await env.client.get(path)
+            assert page.status_code == 200, path
+            assert "<script>alert" not in page.text, path
+            assert '" onmouseover=' not in page.text, path
+            if path.endswith(card_id):
+                assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+                assert "&#34; onmouseover=&#34;alert(2)" in page.text
+
+
+async def test_a_read_only_person_sees_no_edit_control_and_cannot_post(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        manager = env.token("acme")
+        card_id = await new_rule(env, manager, "Stays")
+        reader = env.token("acme", "memory.read")
+        await sign_in(env, reader)
+        page = await env.client.get(f"{ADMIN}/cards")
+        assert page.status_code == 200 and "it cannot edit cards" in page.text
+        assert "<code>memory.read</code> allows recall only" in page.text
+        forms = re.findall(r'<form[^>]*action="([^"]+)"', page.text)
+        assert forms == ["/admin/sign-out"]
+        assert "New card" not in page.text and "Delete" not in page.text
+        for path in (f"{ADMIN}/cards/new", f"{ADMIN}/cards/{card_id}",
+                     f"{ADMIN}/cards/{card_id}/delete"):
+            r = await env.client.get(path)
+            assert r.status_code == 403, path
+            assert "<form" not in r.text.replace('<form method="post" action="/admin/sign-out"', "")
+        token = env.client.cookies.get("memarc_csrf")
+        before = counts(env)
+        posts = [(f"{ADMIN}/cards/new", card_form("Sneaky")),
+                 (f"{ADMIN}/cards/{card_id}", {**card_form("Sneaky"), "family": "sql_rule",
+                                               "revision": "1"}),
+                 (f"{ADMIN}/cards/{card_id}/delete", {"confirm": "delete"}),
+                 (f"{ADMIN}/cards/{card_id}/retry", {}),
+                 (f"{ADMIN}/pending/retry", {"card_id": card_id}),
+                 (f"{ADMIN}/pending/retry-all", {})]
+        for path, data in posts:
+            r = await env.client.post(path, data={**data, "_csrf_token": token})
+            assert r.status_code == 403, (path, r.status_code, r.text[:300])
+        changes = row_changes(before, counts(env))
+        assert set(changes) <= {"activity"}, changes  # only the refusals are recorded
+        assert env.scalar("SELECT title FROM memory.cards") == "Stays"
+
+
+async def test_saves_answer_three_ways_and_name_the_token_in_the_activity(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await sign_in(env, h)
+        token = await csrf(env.client, f"{ADMIN}/cards/new")
+        # failed: nothing written, the reason next to the field, what was typed kept
+        before = counts(env)
+        r = await env.client.post(f"{ADMIN}/cards/new", data={
+            **card_form("Typed title", definition="  "), "concepts": "typed concept",
+            "dep-0-database": "db", "dep-0-table": "orders", "_csrf_token": token})
+        assert r.status_code == 422
+        assert "Not saved: nothing was written." in r.text
+        assert 'id="error-content.definition"' in r.text or 'id="error-dependencies[0]"' in r.text
+        assert 'value="Typed title"' in r.text and "typed concept" in r.text
+        assert row_changes(before, counts(env)) == {"activity": 1}
+        r = await env.client.post(f"{ADMIN}/cards/new", data={
+            **card_form("Typed title"), "dep-0-database": "db", "dep-0-table": "orders",
+            "_csrf_token": token})
+        assert r.status_code == 422 and 'id="error-dependencies[0]"' in r.text
+        assert "a table needs its schema" in r.text
+        # saved, index update incomplete (no worker): the card is kept, a Retry is offered
+        r = await env.client.post(f"{ADMIN}/cards/new", data={
+            **card_form("Typed title"), "dep-0-database": "db", "dep-0-schema": "public",
+            "_csrf_token": token})
+        assert r.status_code == 303 and "saved=pending" in r.headers["location"]
+        page = await env.client.get(r.headers["location"])
+        assert "index update incomplete" in page.text and 'value="Retry"' in page.text
+        card_id = re.search(r"/cards/(mem-[0-9a-f-]+)", r.headers["location"]).group(1)
+        token_id = env.scalar("SELECT token_id FROM memory.admin_sessions")
+        actor = env.scalar("SELECT actor FROM memory.activity WHERE verb = 'create'"
+                           " AND outcome = 'ok'")
+        assert actor == f"token:{token_id}"
+        activity = await env.client.get(f"{ADMIN}/cards/{card_id}/activity")
+        assert f"token:{token_id}" in activity.text
+        # retry: queued
+        r = await env.client.post(f"{ADMIN}/cards/{card_id}/retry", data={"_csrf_token": token})
+        assert r.status_code == 303 and "retried=queued" in r.headers["location"]
+        # saved and indexed: with the worker running
+        async with env.running_worker():
+            r = await env.client.post(f"{ADMIN}/cards/{card_id}", data={
+                **card_form("Indexed title"), "revision": "1", "_csrf_token": token})
+            assert r.status_code == 303 and "saved=current" in r.headers["location"], r.headers
+        page = await env.client.get(r.headers["location"])
+        assert "Saved and indexed (revision 2)" in page.text
+
+
+async def test_a_stale_save_never_overwrites_and_can_be_applied_again(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = (await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": "Original", "content": {"rule": "Old rule."}})).json()["card"]
+        await sign_in(env, h)
+        token = await csrf(env.client, f"{ADMIN}/cards/{card['id']}")
+        r = await env.client.put(f"{API}/{card['id']}", headers=h, json={
+            "family": "sql_rule", "title": "Changed by someone", "content": {"rule": "Their rule."},
+            "revision": 1})
+        assert r.status_code == 200
+        mine = {"family": "sql_rule", "title": "My title", "content.rule": "My rule.",
+                "revision": "1", "_csrf_token": token}
+        r = await env.client.post(f"{ADMIN}/cards/{card['id']}", data=mine)
+        assert r.status_code == 409
+        assert "Changed by someone" in r.text and "My title" in r.text
+        assert "Apply my version on revision 2" in r.text
+        assert env.scalar("SELECT title FROM memory.cards") == "Changed by someone"
+        fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', r.text))
+        assert fields["revision"] == "2" and fields["title"] == "My title"
+        r = await env.client.post(f"{ADMIN}/cards/{card['id']}", data=fields)
+        assert r.status_code == 303
+        assert env.scalar("SELECT title || ' ' || revision FROM memory.cards") == "My title 3"
+
+
+async def test_delete_asks_names_what_goes_and_says_what_was_removed(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        target = (await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": "Target", "content": {"rule": "R."}})).json()["card"]
+        doomed = (await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": "Doomed", "content": {"rule": "D."},
+            "dependencies": [{"database": "shop", "schema": "public", "table": "orders"}],
+            "links": [{"target": target["id"], "meaning": "refines"}]})).json()["card"]
+        (await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": "Linker", "content": {"rule": "L."},
+            "links": [{"target": doomed["id"], "meaning": "see"}]}))
+        await sign_in(env, h)
+        page = await env.client.get(f"{ADMIN}/cards/{doomed['id']}/delete")
+        assert "1 dependency: <code>shop.public.orders</code>" in page.text
+        assert "1 outgoing link: to “Target” (refines)" in page.text
+        assert "1 incoming link: from “Linker” (see)" in page.text
+        token = CSRF_RE.search(page.text).group(1)
+        r = await env.client.post(f"{ADMIN}/cards/{doomed['id']}/delete", data={"_csrf_token": token})
+        assert r.status_code == 303  # no confirmation: back to the question
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 3
+        r = await env.client.post(f"{ADMIN}/cards/{doomed['id']}/delete",
+                                  data={"_csrf_token": token, "confirm": "delete"})
+        assert r.status_code == 200
+        text = re.sub(r"\s+", " ", r.text)
+        assert "was deleted, with 1 dependency, 1 outgoing link and 1 incoming link:" in text
+        assert "1 incoming link: from “Linker” (see) (those cards stay)" in text
+        assert "1 outgoing link: to “Target” (refines)" in text
+        assert env.scalar("SELECT count(*) FROM memory.cards") == 2
+        assert env.scalar("SELECT count(*) FROM memory.card_links") == 0
+
+
+async def test_pending_lists_operations_and_retries_each_and_all(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        ids = [(await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": f"Rule {i}", "content": {"rule": "R."}})).json()["card"]["id"]
+            for i in range(2)]
+        await env.client.delete(f"{API}/{ids[1]}", headers=h)
+        await sign_in(env, h)
+        page = await env.client.get(f"{ADMIN}/pending")
+        assert "3 incomplete operations" in page.text and "deleted card" in page.text
+        token = CSRF_RE.search(page.text).group(1)
+        r = await env.client.post(f"{ADMIN}/pending/retry", data={"_csrf_token": token,
+                                                                  "card_id": ids[1]})
+        assert r.status_code == 303
+        page = await env.client.get(r.headers["location"])
+        assert f"Retry of {ids[1]} queued" in page.text
+        r = await env.client.post(f"{ADMIN}/pending/retry-all", data={"_csrf_token": token})
+        page = await env.client.get(r.headers["location"])
+        assert "Retried every card: 2 queued" in page.text
+        await env.drain()
+        page = await env.client.get(f"{ADMIN}/pending")
+        assert "Nothing pending" in page.text
+
+
+async def test_the_explorer_and_the_administration_serve_one_stylesheet(make_env):
+    from datasette.app import Datasette
+
+    async with make_env() as env:
+        env.workspace("acme")
+        ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {
+            "database_url": env.settings.database_url, "workspaces": {"alice": ["acme"]}}}})
+        page = await ds.client.get("/-/memory/acme", cookies={
+            "ds_actor": ds.sign({"a": {"id": "alice"}}, "actor")})
+        assert page.status_code == 200
+        href = re.search(r'<link rel="stylesheet" href="([^"]*memarc\.css)"', page.text).group(1)
+        explorer_css = await ds.client.get(href)
+        assert explorer_css.status_code == 200 and ".memarc-nav" in explorer_css.text
+        admin_css = await env.client.get("/admin/static/memarc.css")
+        assert admin_css.status_code == 200 and admin_css.text == explorer_css.text
+        assert (await env.client.get("/admin/static/app.css")).status_code == 200  # Datasette's
+        sign_in = await env.client.get("/admin/sign-in")
+        assert 'href="/admin/static/memarc.css"' in sign_in.text
+        assert re.findall(r'<input[^>]*id="([^"]+)"', sign_in.text) == ["token"]
+        assert '<label for="token">' in sign_in.text
+
+
+async def test_the_explorer_links_to_the_administration_or_says_where_editing_happens(make_env):
+    from datasette.app import Datasette
+
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card_id = await new_rule(env, h, "Linked")
+        for admin_url in (None, "http://writer.example/admin"):
+            plugin = {"database_url": env.settings.database_url, "workspaces": {"alice": ["acme"]},
+                      **({"admin_url": admin_url} if admin_url else {})}
+            ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": plugin}})
+            cookies = {"ds_actor": ds.sign({"a": {"id": "alice"}}, "actor")}
+            card = await ds.client.get(f"/-/memory/acme/{card_id}", cookies=cookies)
+            pending = await ds.client.get("/-/memory/acme/-/pending", cookies=cookies)
+            if admin_url is None:
+                assert "This explorer is read-only" in card.text and "/admin" in card.text
+                assert "Retry in the administration" not in pending.text
+            else:
+                edit = f"{admin_url}/workspaces/acme/cards/{card_id}"
+                assert f'href="{edit}">Edit</a>' in card.text
+                assert f'href="{edit}/delete">Delete…</a>' in card.text
+                assert f'href="{admin_url}/workspaces/acme/pending">Retry' in pending.text
+
+
+async def test_a_token_without_memory_manage_is_told_what_it_holds(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        await sign_in(env, env.token("acme", "memory.review"))
+        page = await env.client.get(f"{ADMIN}/cards")
+        text = re.sub(r"\s+", " ", page.text)
+        assert "Your token holds <code>memory.review</code>: it cannot edit cards." in text
+        assert "allows recall only" not in text and "New card" not in text

@@ -1,0 +1,313 @@
+"""The administration pages in a real browser: headless Chromium (Debian's package) driven by
+Playwright, at 1280×800 and at 1920×1080, as a person uses them: sign in; create a card (the
+link target found by the search picker); edit it; a stale save resolved; cancel with the
+unsaved-changes guard; delete with its confirmation; pending index updates; a ``memory.read``
+person who sees no edit control. Each page is saved under ``test-output/admin-<size>-*.png``,
+and what a person sees is checked: texts, states, and that no table cell is narrower than its
+content (nothing cut off or spilling over).
+
+``.ci/run`` installs Chromium and sets ``MEMARC_NO_SKIP=1``, so in CI a missing browser is a
+failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import skip_or_fail, start_server, stop_server
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "test-output"
+CHROMIUM = os.environ.get("MEMARC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+API = "/api/workspaces/acme/memory"
+SIZES = [(1280, 800), (1920, 1080)]
+EXPLORER = "http://127.0.0.1:8001/-/memory/acme"
+
+#: cells whose content does not fit (scrolls or spills), inputs in tables too narrow to type in,
+#: form fields without a label, and pages wider than the window
+OVERFLOW_JS = """() => {
+  const bad = [];
+  for (const cell of document.querySelectorAll('table td, table th')) {
+    if (cell.scrollWidth > cell.clientWidth + 1) {
+      bad.push(cell.tagName + ': ' + cell.innerText.slice(0, 60) + ' (' + cell.scrollWidth + ' > ' + cell.clientWidth + ')');
+    }
+  }
+  for (const input of document.querySelectorAll('table input[type=text]')) {
+    if (input.clientWidth < 60) { bad.push('input too narrow: ' + input.id + ' ' + input.clientWidth); }
+  }
+  for (const field of document.querySelectorAll('input, select, textarea')) {
+    if (['hidden', 'submit', 'button'].includes(field.type)) { continue; }
+    if (!field.labels || field.labels.length === 0) { bad.push('no label: ' + (field.id || field.name)); }
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth + 1) {
+    bad.push('page wider than the window: ' + document.documentElement.scrollWidth);
+  }
+  return bad;
+}"""
+
+
+@pytest.fixture
+def chromium() -> str:
+    if CHROMIUM is None:
+        skip_or_fail("no chromium binary (CI installs Debian's chromium)")
+    return CHROMIUM
+
+
+async def look(page, name: str, size: str) -> None:
+    """Screenshot the page as ``test-output/admin-<size>-<name>.png`` and check that every table
+    cell fits its content."""
+    await page.screenshot(path=str(OUT / f"admin-{size}-{name}.png"), full_page=True)
+    assert await page.evaluate(OVERFLOW_JS) == [], name
+
+
+async def text(page, selector: str = "body") -> str:
+    return re.sub(r"\s+", " ", await page.inner_text(selector))
+
+
+async def navigate(page, action) -> None:
+    """Run ``action`` (a click or a submit) and wait for the page it loads."""
+    async with page.expect_navigation():
+        await action
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_a_person_administers_cards_in_chromium(make_env, chromium, width, height):
+    from playwright.async_api import async_playwright
+
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    async with make_env(explorer_url=EXPLORER) as env:
+        env.workspace("acme")
+        manager, reader = env.token("acme"), env.token("acme", "memory.read")
+        target = (await env.client.post(API, headers=manager, json={
+            "family": "domain_clarification", "title": "Target: paid order",
+            "content": {"definition": "An order counts once it is paid."}})).json()["card"]
+        server, task, base = await start_server(env.app)
+        try:
+            async with env.running_worker(), async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=chromium, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                context = await browser.new_context(viewport={"width": width, "height": height})
+                page = await context.new_page()
+
+                # sign in
+                await page.goto(f"{base}/admin/")
+                assert "/admin/sign-in" in page.url
+                await look(page, "sign-in", size)
+                await page.fill("#token", manager["Authorization"].removeprefix("Bearer "))
+                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                assert page.url == f"{base}/admin/workspaces/acme/cards"
+                assert "mat_" not in page.url
+                assert "1 card" in await text(page, "h3")
+                cookies = {c["name"]: c for c in await context.cookies()}
+                assert cookies["memarc_admin"]["httpOnly"] and cookies["memarc_admin"]["sameSite"] == "Strict"
+                await look(page, "cards", size)
+
+                # create an SQL rule with a dependency and a link found by the picker
+                await navigate(page, page.click("text=New card"))
+                await navigate(page, page.select_option("#choose-family", "sql_rule"))
+                assert await page.is_visible("#content-rule") and await page.is_visible("#content-rationale")
+                await page.fill("#title", "Orders: count paid orders by order_date")
+                await page.fill("#content-rule", "Count orders by order_date, paid ones only.")
+                await page.fill("#content-rationale", "Unpaid orders are carts, not orders.")
+                await page.fill("#scope", "sales")
+                await page.fill("#concepts", "order\npayment")
+                for part, value in (("database", "shop"), ("schema", "public"), ("table", "orders"),
+                                    ("column", "order_date")):
+                    await page.fill(f"#dep-0-{part}", value)
+                await page.type("#link-0-target", "paid ord")
+                await page.wait_for_selector(f"#card-picker option[value='{target['id']}']",
+                                             state="attached")
+                await page.fill("#link-0-target", target["id"])
+                await page.fill("#link-0-meaning", "defines the paid order")
+                await look(page, "create", size)
+                await navigate(page, page.click("input[type=submit][value='Create card']"))
+                outcome = await text(page, "#outcome")
+                assert outcome.startswith("Created and indexed (revision 1)"), outcome
+                card_url = page.url.split("?")[0]
+                assert await page.input_value("#dep-0-column") == "order_date"
+                assert await page.input_value("#link-0-target") == target["id"]
+                assert await text(page, "#links .memarc-target") == "→ Target: paid order"
+                assert await page.get_attribute("header a[href*='8001']", "href") == EXPLORER
+                await look(page, "created", size)
+
+                # edit: a new title, saved and indexed
+                await page.fill("#title", "Orders: count paid orders by their order_date")
+                await navigate(page, page.click("input[type=submit][value='Save']"))
+                assert (await text(page, "#outcome")).startswith("Saved and indexed (revision 2)")
+                assert await page.input_value("#title") == "Orders: count paid orders by their order_date"
+
+                # a stale save: someone saves revision 3 while the page edits revision 2
+                card_id = card_url.rsplit("/", 1)[1]
+                async with httpx.AsyncClient(base_url=base, headers=manager) as api:
+                    card = (await api.get(f"{API}/{card_id}")).json()["card"]
+                    body = {k: card[k] for k in ("family", "title", "content", "scope", "concepts",
+                                                 "dependencies", "revision")}
+                    body["links"] = card["links"]
+                    body["title"] = "Orders: someone else's title"
+                    assert (await api.put(f"{API}/{card_id}", json=body)).status_code == 200
+                await page.fill("#title", "Orders: my title")
+                await navigate(page, page.click("input[type=submit][value='Save']"))
+                body_text = await text(page)
+                assert "This card changed while you edited it" in body_text
+                differs = await page.locator("#compare tr.memarc-differs th").all_inner_texts()
+                assert [d.split()[0] for d in differs] == ["title"], differs
+                row = await text(page, "#compare tr[data-field=title]")
+                assert "Orders: someone else's title" in row and "Orders: my title" in row
+                links = await text(page, "#compare tr[data-field=links]")
+                assert links.count("“Target: paid order” (defines the paid order)") == 2
+                await look(page, "stale", size)
+                await navigate(page, page.click("input[type=submit][value^='Apply my version']"))
+                assert (await text(page, "#outcome")).startswith("Saved and indexed (revision 4)")
+                assert await page.input_value("#title") == "Orders: my title"
+
+                # cancel with the guard: asked first; dismissed keeps the typing, accepted drops it
+                await page.goto(card_url)
+                await page.fill("#title", "Unsaved typing")
+                dialogs: list[str] = []
+
+                async def answer(dialog, accept: bool) -> None:
+                    dialogs.append(dialog.message)
+                    await (dialog.accept() if accept else dialog.dismiss())
+
+                page.once("dialog", lambda d: asyncio.ensure_future(answer(d, False)))
+                await page.click("a[data-cancel]")
+                await page.wait_for_timeout(300)
+                assert dialogs == ["Discard your unsaved changes?"]
+                assert await page.input_value("#title") == "Unsaved typing"
+                page.once("dialog", lambda d: asyncio.ensure_future(answer(d, True)))
+                await navigate(page, page.click("a[data-cancel]"))
+                assert len(dialogs) == 2
+                assert await page.input_value("#title") == "Orders: my title"
+                # leaving by another link with unsaved typing: the browser asks first
+                await page.click("#title")
+                await page.keyboard.type(" (unsaved)")
+                kinds: list[str] = []
+
+                async def stay(dialog) -> None:
+                    kinds.append(dialog.type)
+                    await dialog.dismiss()
+
+                page.once("dialog", lambda d: asyncio.ensure_future(stay(d)))
+                await page.click(".memarc-nav >> text=Cards")
+                await page.wait_for_timeout(500)
+                assert kinds == ["beforeunload"] and page.url == card_url
+                assert await page.input_value("#title") == "Orders: my title (unsaved)"
+                await page.goto(card_url)  # (the test's own navigation is not asked about)
+
+                # the card's activity names the token
+                await navigate(page, page.click("text=Activity"))
+                activity = await text(page, "#activity")
+                assert activity.count("token:") >= 4 and "update" in activity and "create" in activity
+                await look(page, "activity", size)
+
+                # delete with the confirmation naming what goes with it
+                await page.goto(card_url)
+                await navigate(page, page.click("text=Delete…"))
+                goes = await text(page, "#goes-with")
+                assert "1 dependency: shop.public.orders.order_date" in goes
+                assert "1 outgoing link: to “Target: paid order” (defines the paid order)" in goes
+                await look(page, "delete-confirm", size)
+                await navigate(page, page.click("input[type=submit].memarc-danger"))
+                deleted = await text(page, "#outcome")
+                assert "was deleted, with 1 dependency, 1 outgoing link and 0 incoming links:" in deleted
+                assert "1 dependency: shop.public.orders.order_date" in deleted
+                await look(page, "deleted", size)
+
+                # pending index updates
+                await navigate(page, page.click("text=Pending index updates"))
+                assert "incomplete operation" in await text(page, "h3")
+                await look(page, "pending", size)
+                await navigate(page, page.click("text=Cards"))
+                assert "1 card" in await text(page, "h3")
+
+                # a memory.read person: no edit control anywhere
+                reader_context = await browser.new_context(viewport={"width": width, "height": height})
+                rpage = await reader_context.new_page()
+                await rpage.goto(f"{base}/admin/sign-in")
+                await rpage.fill("#token", reader["Authorization"].removeprefix("Bearer "))
+                await navigate(rpage, rpage.click("input[type=submit][value='Sign in']"))
+                assert "it cannot edit cards" in await text(rpage)
+                assert await rpage.locator("text=New card").count() == 0
+                assert await rpage.locator("form").count() == 1  # sign-out only
+                await look(rpage, "read-only", size)
+                await rpage.goto(f"{base}/admin/workspaces/acme/cards/{target['id']}")
+                assert "Not allowed" in await text(rpage, "h1")
+                assert await rpage.locator("input[type=text], textarea").count() == 0
+                await browser.close()
+        finally:
+            await stop_server(server, task)
+        for name in ("sign-in", "cards", "create", "created", "stale", "activity",
+                     "delete-confirm", "deleted", "pending", "read-only"):
+            assert (OUT / f"admin-{size}-{name}.png").stat().st_size > 10_000, name
+
+
+async def test_a_save_while_redis_is_down_is_kept_and_retry_completes_it(make_env, chromium,
+                                                                         tmp_path):
+    """Redis (a redis-server of the test's own, never the machine's) stopped: a save answers
+    "saved, index update incomplete" and the card waits on the pending page; once Redis is back,
+    Retry queues it and the worker indexes it."""
+    from playwright.async_api import async_playwright
+    from test_outages import _redis_server
+
+    from helpers import free_port, stop_process
+
+    size = "1280x800"
+    OUT.mkdir(exist_ok=True)
+    port = free_port()
+    redis_proc = _redis_server(port, tmp_path / "redis", tmp_path / "redis.log")
+    async with make_env(redis_url=f"redis://127.0.0.1:{port}/0") as env:
+        env.workspace("acme")
+        manager = env.token("acme")
+        card = (await env.client.post(API, headers=manager, json={
+            "family": "sql_rule", "title": "Refunds: subtract them",
+            "content": {"rule": "Subtract refunds from revenue."}})).json()["card"]
+        server, task, base = await start_server(env.app)
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=chromium, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                page = await (await browser.new_context(
+                    viewport={"width": 1280, "height": 800})).new_page()
+                await page.goto(f"{base}/admin/sign-in")
+                await page.fill("#token", manager["Authorization"].removeprefix("Bearer "))
+                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                await page.goto(f"{base}/admin/workspaces/acme/cards/{card['id']}")
+                stop_process(redis_proc)  # Redis goes away while the page is open
+                await page.fill("#content-rule", "Subtract refunds from revenue, by refund date.")
+                await navigate(page, page.click("input[type=submit][value='Save']"))
+                outcome = await text(page, "#outcome")
+                assert outcome.startswith("Saved (revision 2), index update incomplete"), outcome
+                assert await page.input_value("#content-rule") == \
+                    "Subtract refunds from revenue, by refund date."
+                await look(page, "saved-index-incomplete", size)
+                await navigate(page, page.click("text=Pending index updates"))
+                assert "Redis) is unreachable" in await text(page)
+                row = await text(page, "#pending tbody tr")
+                assert row.startswith("Refunds: subtract them index the current version (2 operations) pending"), row
+                assert "2 incomplete operations on 1 card" in await text(page, "h3")
+                await look(page, "pending-redis-down", size)
+                # Redis is back; the Retry of the pending page queues it, the worker indexes it
+                redis_proc = _redis_server(port, tmp_path / "redis", tmp_path / "redis.log")
+                async with env.running_worker():
+                    await navigate(page, page.click("#pending input[type=submit][value=Retry]"))
+                    assert "queued" in await text(page, "#outcome")
+                    await look(page, "pending-retried", size)
+                    for _ in range(100):
+                        await page.goto(f"{base}/admin/workspaces/acme/pending")
+                        if "Nothing pending" in await text(page):
+                            break
+                        await asyncio.sleep(0.2)
+                    assert "Nothing pending" in await text(page)
+                await page.goto(f"{base}/admin/workspaces/acme/cards/{card['id']}")
+                assert "revision 2" in await text(page) and "indexed" in await text(page)
+                await browser.close()
+        finally:
+            await stop_server(server, task)
+            stop_process(redis_proc)

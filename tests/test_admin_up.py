@@ -1,0 +1,65 @@
+"""``memarc up --demo`` and the administration (issue 24): it prints the administration's URL and
+a one-time sign-in link next to the explorer's, the link signs a browser in, and the explorer's
+card page links to the card's administration page (and back)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import httpx
+from admin_helpers import CSRF_RE
+from helpers import ROOT, free_port, stop_process
+from test_outages import _up_env, _wait_for
+
+
+def test_memarc_up_demo_prints_the_administration_and_a_sign_in_link(fresh_db, redis_url,
+                                                                     tmp_path):
+    cards = tmp_path / "cards.jsonl"
+    cards.write_text("\n".join(json.dumps(line) for line in (
+        {"key": "k1", "family": "sql_rule", "title": "Refunds are negative",
+         "content": {"rule": "Refunds are stored as negative amounts."}},
+        {"key": "k2", "family": "domain_clarification", "title": "Active customer",
+         "content": {"definition": "A customer with an order in the last 90 days."}})) + "\n")
+    port, explorer_port = free_port(), free_port()
+    log = tmp_path / "up.log"
+    env_vars = _up_env(tmp_path, MEMARC_DATABASE_URL=fresh_db,
+                       MEMARC_MIGRATOR_DATABASE_URL=fresh_db, MEMARC_REDIS_URL=redis_url)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "writer.cli", "up", "--demo", "--workspace", "acme",
+             "--cards", str(cards), "--port", str(port), "--explorer-port", str(explorer_port)],
+            cwd=ROOT, env=env_vars, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for("the demo ready", lambda: '"demo_ready": true' in log.read_text(), 180, proc, log)
+        printed = log.read_text()
+        admin = json.loads(re.search(r'"admin": (".*?")', printed).group(1))
+        link = json.loads(re.search(r'"admin_sign_in": (".*?")', printed).group(1))
+        assert admin == f"http://127.0.0.1:{port}/admin"
+        assert link.startswith(f"{admin}/sign-in/link?code=")
+        with httpx.Client(timeout=30) as browser:
+            page = browser.get(link)
+            assert page.status_code == 200
+            token = CSRF_RE.search(page.text).group(1)
+            code = link.split("code=", 1)[1]
+            r = browser.post(f"{admin}/sign-in/link", data={"code": code, "_csrf_token": token})
+            assert r.status_code == 303 and r.headers["location"] == "/admin/workspaces/acme/cards"
+            cards_page = browser.get(f"{admin}/workspaces/acme/cards")
+            assert "2 cards" in cards_page.text and "Refunds are negative" in cards_page.text
+            explorer_url = f"http://127.0.0.1:{explorer_port}/-/memory"
+            assert f'href="{explorer_url}"' in cards_page.text  # the administration links there
+            card_id = re.search(r'/admin/workspaces/acme/cards/(mem-[0-9a-f-]+)"',
+                                cards_page.text).group(1)
+            # the explorer (signed in as root by its own link) links the card to its edit page
+            sign_in = json.loads(re.search(r'"explorer_sign_in": (".*?")', printed).group(1))
+            assert browser.get(sign_in).status_code in (200, 302)
+            explorer_card = browser.get(f"{explorer_url}/acme/{card_id}")
+            assert explorer_card.status_code == 200
+            assert f'href="{admin}/workspaces/acme/cards/{card_id}">Edit</a>' in explorer_card.text
+            # a second use of the link signs nobody in
+            r = browser.post(f"{admin}/sign-in/link", data={"code": code, "_csrf_token": token})
+            assert r.status_code == 401
+    finally:
+        stop_process(proc)

@@ -1,0 +1,166 @@
+"""A card's form: what a person typed, read into a :class:`~shared.models.CardWrite`, and an
+error of the archive put next to the field it concerns.
+
+Field names: ``family``, ``title``, ``scope``, ``concepts`` (one per line), ``content.<name>``,
+dependency rows ``dep-<i>-database|schema|table|column``, link rows ``link-<i>-target|meaning``,
+``revision`` (the one edited). Blank rows are ignored; rows keep their numbers in errors.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import models
+from shared.errors import ArchiveError
+from shared.models import Card, CardWrite
+
+DEP_PARTS = ("database", "schema", "table", "column")
+#: blank rows offered after the filled ones (more: save, and two more appear)
+BLANK_ROWS = 2
+_ROW = re.compile(r"^(dep|link)-(\d{1,3})-(\w+)$")
+_MSGSPEC_PATH = re.compile(r"at `\$\.([\w.]+)(?:\[(\d+)\])?")
+
+
+@dataclass
+class CardForm:
+    """The values of a card's form, as typed (or as the card holds them), with the errors by
+    field (``title``, ``content.<name>``, ``dependencies[<row>]``, ``links[<row>]``, ``form``)."""
+
+    family: str
+    title: str = ""
+    scope: str = ""
+    concepts: str = ""
+    content: dict[str, str] = field(default_factory=dict)
+    dependencies: list[dict[str, str]] = field(default_factory=list)
+    links: list[dict[str, str]] = field(default_factory=list)
+    revision: int | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fields(self) -> list[tuple[str, bool]]:
+        """The family's content fields: ``(name, required)``."""
+        required, optional = models.FAMILY_FIELDS[self.family]
+        return [(n, True) for n in required] + [(n, False) for n in optional]
+
+    def rows(self, kind: str) -> list[dict[str, str]]:
+        """The filled rows of ``dependencies`` or ``links`` and :data:`BLANK_ROWS` blank ones."""
+        filled = self.dependencies if kind == "dependencies" else self.links
+        blank = {p: "" for p in (DEP_PARTS if kind == "dependencies" else ("target", "meaning"))}
+        return [*filled, *({**blank} for _ in range(BLANK_ROWS))]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """The form as (name, value) pairs, for hidden inputs that carry it to another POST."""
+        out = [("family", self.family), ("title", self.title), ("scope", self.scope),
+               ("concepts", self.concepts)]
+        out += [(f"content.{k}", v) for k, v in self.content.items()]
+        for i, d in enumerate(self.dependencies):
+            out += [(f"dep-{i}-{p}", d.get(p, "")) for p in DEP_PARTS]
+        for i, link in enumerate(self.links):
+            out += [(f"link-{i}-target", link["target"]), (f"link-{i}-meaning", link["meaning"])]
+        return out
+
+    def body(self) -> CardWrite:
+        """The card body this form asks for (blank optional fields left out).
+
+        :raises InvalidInput: a value out of bounds (the field named)."""
+        content = {k: v for k, v in self.content.items() if v.strip()}
+        deps = [{p: (d.get(p) or "").strip() or None for p in DEP_PARTS}
+                for d in self.dependencies]
+        data: dict[str, Any] = {
+            "family": self.family, "title": self.title, "scope": self.scope.strip() or None,
+            "content": content,
+            "concepts": [c.strip() for c in re.split(r"[\n,]", self.concepts) if c.strip()],
+            "dependencies": deps,
+            "links": [{"target": link["target"].strip(), "meaning": link["meaning"]}
+                      for link in self.links]}
+        if self.revision is not None:
+            data["revision"] = self.revision
+        return models.convert(data, CardWrite)
+
+    def put_error(self, exc: ArchiveError) -> None:
+        """Show ``exc`` next to the field it concerns (the form's top when none)."""
+        name = str(exc.extra.get("field") or "")
+        if not name:
+            m = _MSGSPEC_PATH.search(exc.message)
+            if m:
+                name = m.group(1) + (f"[{m.group(2)}]" if m.group(2) else "")
+        m = re.match(r"^(dependencies|links|concepts)\[(\d+)\]", name)
+        if m:
+            name = m.group(1) if m.group(1) == "concepts" else f"{m.group(1)}[{m.group(2)}]"
+        elif name.startswith("content."):
+            name = ".".join(name.split(".")[:2])
+        known = {"family", "title", "scope", "concepts", "revision"} | {
+            f"content.{n}" for n, _ in self.fields} | {
+            f"dependencies[{i}]" for i in range(len(self.dependencies))} | {
+            f"links[{i}]" for i in range(len(self.links))}
+        self.errors[name if name in known else "form"] = exc.message
+
+
+def from_card(card: Card) -> CardForm:
+    """The form of a stored card."""
+    return CardForm(
+        family=card.family, title=card.title, scope=card.scope or "",
+        concepts="\n".join(card.concepts), content=dict(card.content),
+        dependencies=[{p: getattr(d, p) or "" for p in DEP_PARTS} for d in card.dependencies],
+        links=[{"target": link.target, "meaning": link.meaning} for link in card.links],
+        revision=card.revision)
+
+
+def from_pairs(pairs: list[tuple[str, str]], family: str | None = None) -> CardForm:
+    """The form a person sent (``family``: the card's, for an edit; else the form's)."""
+    values: dict[str, str] = {}
+    rows: dict[str, dict[int, dict[str, str]]] = {"dep": {}, "link": {}}
+    for name, value in pairs:
+        value = value if isinstance(value, str) else ""
+        m = _ROW.match(name)
+        if m:
+            rows[m.group(1)].setdefault(int(m.group(2)), {})[m.group(3)] = value
+        else:
+            values[name] = value
+    fam = family or values.get("family") or ""
+    if fam not in models.FAMILIES:
+        fam = models.FAMILIES[0]
+    form = CardForm(family=fam, title=values.get("title", ""), scope=values.get("scope", ""),
+                    concepts=values.get("concepts", ""))
+    for name, _ in form.fields:
+        form.content[name] = values.get(f"content.{name}", "")
+    for i in sorted(rows["dep"]):
+        row = {p: rows["dep"][i].get(p, "") for p in DEP_PARTS}
+        if any(v.strip() for v in row.values()):
+            form.dependencies.append(row)
+    for i in sorted(rows["link"]):
+        row = {"target": rows["link"][i].get("target", ""),
+               "meaning": rows["link"][i].get("meaning", "")}
+        if row["target"].strip() or row["meaning"].strip():
+            form.links.append(row)
+    revision = values.get("revision", "").strip()
+    form.revision = int(revision) if revision.isdigit() and len(revision) < 10 else None
+    return form
+
+
+def differences(current: CardForm, mine: CardForm,
+                titles: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Field by field, the stored card next to the person's version: ``{field, current, mine,
+    differs}`` (texts as a person reads them; a link target by its title when ``titles`` has
+    it)."""
+    titles = titles or {}
+    def deps(f: CardForm) -> str:
+        return "\n".join(".".join(v for v in (d.get(p) for p in DEP_PARTS) if v)
+                         for d in f.dependencies)
+
+    def links(f: CardForm) -> str:
+        named = [(f"“{titles[t]}”" if (t := link["target"]) in titles else t, link["meaning"])
+                 for link in f.links]
+        return "\n".join(f"{t} ({m})" if m else t for t, m in named)
+
+    def concepts(f: CardForm) -> str:
+        return "\n".join(c.strip() for c in re.split(r"[\n,]", f.concepts) if c.strip())
+
+    rows = [("title", current.title, mine.title), ("scope", current.scope, mine.scope)]
+    rows += [(n, current.content.get(n, ""), mine.content.get(n, "")) for n, _ in current.fields]
+    rows += [("concepts", concepts(current), concepts(mine)),
+             ("dependencies", deps(current), deps(mine)), ("links", links(current), links(mine))]
+    return [{"field": n, "current": a, "mine": b, "differs": a.strip() != b.strip()}
+            for n, a, b in rows]

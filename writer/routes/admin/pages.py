@@ -1,0 +1,185 @@
+"""What every administration page uses: the signed-in person (a dependency), page rendering,
+the URLs of a workspace's pages, and the errors as pages (one table of exception handlers)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, PermissionDeniedException
+from litestar.response import Redirect, Template
+
+from shared.archive.browser_sessions import BrowserSessions
+from shared.archive.cards import Archive
+from shared.auth import Principal
+from shared.errors import ArchiveError, Unauthorized
+
+log = logging.getLogger("memarc.admin")
+
+PREFIX = "/admin"
+#: the session cookie: HttpOnly, SameSite=Strict, path /admin, Secure over https
+COOKIE = "memarc_admin"
+
+
+class SignInRequired(Exception):
+    """No valid session: the person signs in (again)."""
+
+    def __init__(self, message: str, reason: str = "missing") -> None:
+        super().__init__(message)
+        self.message, self.reason = message, reason
+
+
+@dataclass(frozen=True)
+class Person:
+    """The signed-in person: the principal of their session's token, and the session's secret."""
+
+    principal: Principal
+    secret: str
+
+    @property
+    def workspace(self) -> str:
+        return self.principal.workspace
+
+    @property
+    def can_manage(self) -> bool:
+        """May edit (``memory.manage``): edit controls are shown only then."""
+        return self.principal.allows("memory.manage")
+
+    @property
+    def token_id(self) -> str:
+        return self.principal.actor.removeprefix("token:")
+
+
+class Urls:
+    """The administration URLs of one workspace (for handlers and templates)."""
+
+    def __init__(self, workspace: str) -> None:
+        self.workspace = workspace
+        self.base = f"{PREFIX}/workspaces/{quote(workspace, safe='')}"
+
+    def cards(self, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "", [])}
+        return f"{self.base}/cards" + (f"?{urlencode(q, doseq=True)}" if q else "")
+
+    def new(self, family: str | None = None) -> str:
+        return f"{self.base}/cards/new" + (f"?{urlencode({'family': family})}" if family else "")
+
+    def card(self, card_id: str, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/cards/{quote(card_id, safe='')}" + (f"?{urlencode(q)}" if q else "")
+
+    def delete(self, card_id: str) -> str:
+        return f"{self.card(card_id)}/delete"
+
+    def retry(self, card_id: str) -> str:
+        return f"{self.card(card_id)}/retry"
+
+    def activity(self, card_id: str) -> str:
+        return f"{self.card(card_id)}/activity"
+
+    def search(self) -> str:
+        return f"{self.base}/cards.json"
+
+    def pending(self, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/pending" + (f"?{urlencode(q)}" if q else "")
+
+    def pending_retry(self) -> str:
+        return f"{self.base}/pending/retry"
+
+    def pending_retry_all(self) -> str:
+        return f"{self.base}/pending/retry-all"
+
+
+def sessions(request: Request) -> BrowserSessions:
+    """The browser sessions over the process's database."""
+    return BrowserSessions(request.app.state.archive.db, request.app.state.admin_session_hours)
+
+
+async def provide_person(request: Request) -> Person:
+    """The signed-in person (dependency of every page but sign-in): their session, read with its
+    token on every request, so sign-out, expiry and a revoked token end it at once.
+
+    :raises SignInRequired: no session, or it ended.
+    """
+    secret = request.cookies.get(COOKIE)
+    try:
+        principal = await sessions(request).principal(secret)
+    except Unauthorized as exc:
+        raise SignInRequired(exc.message, getattr(exc, "reason", "missing")) from None
+    workspace = request.path_params.get("workspace_id")
+    if workspace is not None and workspace != principal.workspace:
+        raise SignInRequired(f"you are signed in to workspace {principal.workspace!r}, not "
+                             f"{workspace!r}: sign in with a token of {workspace!r}", "workspace")
+    return Person(principal, secret or "")
+
+
+async def provide_archive(request: Request) -> Archive:
+    """The process's archive."""
+    return request.app.state.archive
+
+
+def render(name: str, person: Person | None, *, status: int = 200, **context: Any) -> Template:
+    """The page ``admin/<name>`` with the common context: ``person``, ``urls`` (of their
+    workspace), ``explorer_url``."""
+    return Template(template_name=f"admin/{name}", status_code=status, context={
+        "person": person, "urls": Urls(person.workspace) if person else None,
+        "prefix": PREFIX, **context})
+
+
+def local_next(value: str | None) -> str | None:
+    """``value`` when it is a path of the administration (a safe place to go after sign-in),
+    else None (never another site)."""
+    if value and value.startswith(f"{PREFIX}/") and not value.startswith("//") \
+            and "\\" not in value and "\n" not in value:
+        return value
+    return None
+
+
+def see_other(url: str) -> Redirect:
+    """A 303 to ``url`` (after a POST: the browser GETs it)."""
+    return Redirect(path=url, status_code=303)
+
+
+def _sign_in_required(request: Request, exc: SignInRequired) -> Response:
+    if request.method in ("GET", "HEAD"):
+        query = {"reason": exc.reason}
+        if exc.reason not in ("missing",) and exc.reason != "unknown":
+            query["message"] = exc.message
+        if local_next(request.url.path):
+            query["next"] = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return see_other(f"{PREFIX}/sign-in?{urlencode(query)}")
+    response = render("sign_in.html", None, status=401, error=exc.message, next=None)
+    response.delete_cookie(COOKIE, path=PREFIX)
+    return response
+
+
+def _archive_error(request: Request, exc: ArchiveError) -> Response:
+    if exc.status >= 500:
+        log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
+    titles = {403: "Not allowed", 404: "Not found", 409: "Changed meanwhile",
+              422: "Not valid", 503: "Temporarily unavailable"}
+    return render("error.html", None, status=exc.status,
+                  title=titles.get(exc.status, "Something went wrong"), message=exc.message,
+                  code=exc.code)
+
+
+def _http_error(request: Request, exc: HTTPException) -> Response:
+    if isinstance(exc, PermissionDeniedException) and "CSRF" in str(exc.detail):
+        return render("error.html", None, status=403, title="Nothing was changed",
+                      message="This form did not carry this site's security token (it is "
+                              "older than your sign-in, or it came from another site). "
+                              "Nothing was saved: go back, reload the page and try again.",
+                      code="csrf")
+    return render("error.html", None, status=exc.status_code, title=str(exc.detail),
+                  message=str(exc.detail), code="http_error")
+
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    SignInRequired: _sign_in_required,
+    ArchiveError: _archive_error,
+    HTTPException: _http_error,
+}
