@@ -23,7 +23,7 @@ from helpers import archive_row_counts, row_changes, start_server, stop_server
 from shared import models
 from shared.archive.authentication import FailedAuthLog
 from shared.archive.transfer import MAX_IMPORT_CARDS
-from shared.config import Settings
+from shared.config import load_settings
 from writer.app import create_app
 from writer.auth import query_parameters, reject_unknown_query
 from writer.routes.memory import MAX_IMPORT_BYTES
@@ -110,7 +110,7 @@ async def test_an_unknown_query_parameter_is_refused_not_ignored(make_env):
 def test_the_unknown_query_guard_takes_what_the_openapi_document_lists():
     """``reject_unknown_query`` lets through, on every route it guards, exactly the query
     parameters the OpenAPI document lists for that route: both are read from the handler."""
-    app = create_app(Settings())
+    app = create_app(load_settings({}))
     doc = app.openapi_schema.to_schema()
     guarded = 0
     for route in app.routes:
