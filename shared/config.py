@@ -107,34 +107,30 @@ def _key_file(value: str, variable: str) -> str:
     return Path(value).read_text().strip()
 
 
-def _token_file(value: str, variable: str) -> str:
-    """The bearer token held by the file ``value``.
+def _file_text(what: str, hint: str = "") -> Callable[[str, str], str]:
+    """A parser of a variable that names a file holding ``what`` (a token, a secret): the
+    file's stripped text.
 
-    :raises ValueError: the file cannot be read, or holds no token (an empty file would leave
-        ``/metrics`` open while the operator asked for a token: refused, never open).
+    The parser raises ValueError when the file cannot be read, or holds nothing (an empty file
+    is refused, never read as "unset": e.g. it would leave ``/metrics`` open while the operator
+    asked for a token); ``hint`` says what to do then.
     """
-    try:
-        token = Path(value).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{variable}: cannot read {value}: {exc}") from exc
-    if not token:
-        raise ValueError(f"{variable}: {value} holds no token (write the "
-                         "token there, or unset the variable to leave /metrics open)")
-    return token
+
+    def parse(value: str, variable: str) -> str:
+        try:
+            text = Path(value).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{variable}: cannot read {value}: {exc}") from exc
+        if not text:
+            raise ValueError(f"{variable}: {value} holds no {what}{hint}")
+        return text
+
+    return parse
 
 
-def _secret_file(value: str, variable: str) -> str:
-    """The secret held by the file ``value``.
-
-    :raises ValueError: the file cannot be read, or is empty.
-    """
-    try:
-        secret = Path(value).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{variable}: cannot read {value}: {exc}") from exc
-    if not secret:
-        raise ValueError(f"{variable}: {value} holds no secret")
-    return secret
+_token_file = _file_text("token", " (write the token there, or unset the variable to leave "
+                                  "/metrics open)")
+_secret_file = _file_text("secret")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from litestar.exceptions import HTTPException, PermissionDeniedException
 from litestar.response import Redirect, Template
 
 from shared.archive.browser_sessions import BrowserSessions
-from shared.archive.cards import Archive
+from writer.routes import provide_archive  # noqa: F401 - the one provider, re-used by the pages
 from shared.auth import Principal
 from shared.errors import ArchiveError, Unauthorized
 
@@ -115,11 +115,6 @@ async def provide_person(request: Request) -> Person:
         raise SignInRequired(f"you are signed in to workspace {principal.workspace!r}, not "
                              f"{workspace!r}: sign in with a token of {workspace!r}", "workspace")
     return Person(principal, secret or "")
-
-
-async def provide_archive(request: Request) -> Archive:
-    """The process's archive."""
-    return request.app.state.archive
 
 
 def render(name: str, person: Person | None, *, status: int = 200, **context: Any) -> Template:
