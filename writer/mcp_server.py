@@ -50,7 +50,8 @@ from shared.archive.responses import CardDetail, PendingPage
 from shared.auth import Principal
 from shared.errors import ArchiveError, NotFound
 from shared.models import RecallResponse, SearchRequest
-from shared.workflow.requests import ProposeRequest, ProposeResult, SessionId
+from shared.archive.responses import ProposeResult
+from shared.workflow.requests import ProposeRequest, SessionId
 from writer.auth import authenticate_header
 from writer.problems import archive_problem
 

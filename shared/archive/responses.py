@@ -1,4 +1,5 @@
-"""What the archive's use cases answer (:class:`shared.archive.cards.Archive`): one msgspec
+"""What the archive's use cases answer (:class:`shared.archive.cards.Archive`, and the workflow's
+:class:`shared.archive.sessions.Workflow`): one msgspec
 Struct per answer, so that every surface (the writer's OpenAPI document, the MCP server, the CLI
 over HTTP) sees its shape. The JSON of each is what the API answers.
 
@@ -17,6 +18,7 @@ import msgspec
 
 from shared.models import Card, IncomingLink, IndexStatus, RecallResponse
 from shared.projection.reconciliation import AuditReport
+from shared.workflow.requests import CardPreview, Decision, FieldChange, PossibleDuplicate
 
 __all__ = ["ActivityEntry", "ActivityPage", "AuditReport", "CardDetail", "CardPage",
            "DeleteResult", "DependencyStatus", "ImportResult", "OpenOperation",
@@ -194,3 +196,163 @@ class WorkspaceStatus(msgspec.Struct):
     current: int
     open_operations: int
     dependencies: DependencyStatus
+
+
+# ---- the workflow's answers (shared/archive/sessions.py) ----
+
+class ProposalOutcome(msgspec.Struct):
+    """How one proposal of a batch was stored: ``action`` is what a review would do now
+    (``create``, ``reuse`` of the same card, ``update``); ``stored`` is ``new``, or
+    ``unchanged`` for an identical re-send of a key already stored. ``possible_duplicate``: for
+    an addition that creates, an existing card with loosely matching content."""
+
+    key: str
+    kind: str
+    family: str
+    action: Literal["create", "reuse", "update"]
+    card_id: str | None
+    base_revision: int | None
+    stale: bool
+    stored: Literal["new", "unchanged"]
+    possible_duplicate: PossibleDuplicate | None = None
+
+
+class ProposeResult(msgspec.Struct):
+    """Response of propose: the batch's outcomes and how many proposals the session now holds."""
+
+    session_id: str
+    proposals: list[ProposalOutcome]
+    session_total: int
+
+
+class SummaryItem(msgspec.Struct):
+    """One proposal in the reviewable summary.
+
+    ``action``: ``create``, ``reuse`` (the same card exists: ``card_id``) or ``update``.
+    ``possible_duplicate``: for an addition that would create a card, an existing card whose
+    content matches loosely but which differs in the fields it names (the reviewer decides).
+    ``card``: the card as the proposal would write it (for ``reuse``, the proposal's content).
+    ``changes``: for updates, a field diff against the card's current state
+    (``{"title": {before, after}, "content.rule": {...}, "concepts": {...}, ...}``, changed
+    fields only). ``stale``: an update whose card moved past (or was deleted after) the revision
+    it was drafted against. ``problems``: why a review would refuse it now.
+    """
+
+    key: str
+    kind: str
+    family: str
+    action: Literal["create", "reuse", "update"]
+    card_id: str | None
+    base_revision: int | None
+    current_revision: int | None
+    stale: bool
+    decisions: list[Decision]
+    rationale: str
+    card: CardPreview | None
+    changes: dict[str, FieldChange]
+    problems: list[str]
+    #: once the session is reviewed: what the review did with it (from the receipt)
+    reviewed: Literal["created", "updated", "reused", "declined"] | None = None
+    possible_duplicate: PossibleDuplicate | None = None
+    #: the card this proposal carried was deleted, and the proposal's content erased with it
+    #: (only key, kind, family, card id and decisions are left; ``card`` is None)
+    erased: bool = False
+
+
+class ReviewedItem(msgspec.Struct, omit_defaults=True):
+    """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (no write)."""
+
+    key: str
+    kind: str
+    action: Literal["created", "updated", "reused"]
+    card_id: str
+    revision: int
+    family: str
+    title: str
+    #: the card was deleted since and its title erased with it (``title`` is empty); only
+    #: present when true
+    erased: bool = False
+
+
+class ProjectionEntry(msgspec.Struct):
+    """A projection operation queued by a review: card, revision written, operation id."""
+
+    card_id: str
+    revision: int
+    operation: int
+
+
+class ReviewReceipt(msgspec.Struct):
+    """The durable receipt of a review, returned identically on every delivery of its review id.
+
+    ``outcome``: ``applied`` or ``declined`` (explicit decline of all). ``items``: the selected
+    proposals and their cards. ``declined``: keys of the session's proposals not selected.
+    ``projection``: the operations queued for the cards written (what solved-index re-runs).
+    """
+
+    review_id: str
+    session_id: str
+    outcome: Literal["applied", "declined"]
+    reviewed_by: str
+    reviewed_at: datetime
+    items: list[ReviewedItem]
+    declined: list[str]
+    projection: list[ProjectionEntry]
+    note: str = ""
+
+
+class ReviewOutcome(msgspec.Struct):
+    """What :meth:`Workflow.review` returns: the receipt, and whether it was a replay."""
+
+    receipt: ReviewReceipt
+    replayed: bool
+
+
+class Summary(msgspec.Struct):
+    """The reviewable summary of a session: its proposals, counts, and its receipt once reviewed."""
+
+    session_id: str
+    proposals: list[SummaryItem]
+    counts: dict[str, int]
+    review: ReviewReceipt | None
+
+
+class SolvedIndexCard(msgspec.Struct):
+    """A card of the receipt: ``requeued`` (its projection runs again against its current state)
+    or ``deleted`` (gone since: never recreated; any open point deletion is re-queued)."""
+
+    card_id: str
+    status: Literal["requeued", "deleted"]
+    operations: list[int]
+
+
+class SolvedIndexResult(msgspec.Struct):
+    """Response of solved-index."""
+
+    session_id: str
+    review_id: str
+    cards: list[SolvedIndexCard]
+    operations: list[int]
+    enqueued: bool
+
+
+class DecisionRecord(msgspec.Struct, omit_defaults=True):
+    """A card decided in a session: the decision, who recorded it (``token:<id>``) and when.
+    In the response of a decide, ``stored`` says what the request did: ``new``, ``changed`` (the
+    card was decided the other way before) or ``unchanged`` (the same decision again: its first
+    author and time stay)."""
+
+    card_id: str
+    decision: Literal["accepted", "rejected"]
+    decided_by: str
+    decided_at: datetime
+    stored: Literal["new", "changed", "unchanged"] | None = None
+
+
+class SessionDecisions(msgspec.Struct):
+    """The cards decided in a session (in the order they were decided, or for a decide the
+    request's decisions in its order), and the session's counts ``{total, accepted, rejected}``."""
+
+    session_id: str
+    decisions: list[DecisionRecord]
+    counts: dict[str, int]

@@ -46,13 +46,13 @@ from shared.store import cards as card_store
 from shared.store import sessions as store
 from shared.store.database import Connection, Database
 from shared.workflow import rules
+from shared.archive.responses import (DecisionRecord, ProjectionEntry, ProposalOutcome,
+                                     ProposeResult, ReviewedItem, ReviewOutcome, ReviewReceipt,
+                                     SessionDecisions, SolvedIndexCard, SolvedIndexResult, Summary,
+                                     SummaryItem)
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
-                                      DecideRequest, Decision, DecisionRecord, FieldChange,
-                                      ProjectionEntry, Proposal, ProposalOutcome, ProposeRequest,
-                                      ProposeResult, ReviewedItem, ReviewOutcome, ReviewReceipt,
-                                      ReviewRequest, ReviewSelection, SessionDecisions,
-                                      SolvedIndexCard, SolvedIndexResult, Summary, SummaryItem,
-                                      digest)
+                                      DecideRequest, Decision, FieldChange, Proposal,
+                                      ProposeRequest, ReviewRequest, ReviewSelection, digest)
 from shared.workflow.rules import Addition, Draft, Update
 
 

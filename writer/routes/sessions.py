@@ -17,8 +17,9 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
 from shared.auth import Principal
-from shared.workflow.requests import (DecideRequest, ProposeRequest, ProposeResult, ReviewReceipt,
-                                      ReviewRequest, SessionDecisions, SolvedIndexResult, Summary)
+from shared.archive.responses import (ProposeResult, ReviewReceipt, SessionDecisions,
+                                     SolvedIndexResult, Summary)
+from shared.workflow.requests import DecideRequest, ProposeRequest, ReviewRequest
 from shared.archive.sessions import Workflow
 from writer.problems import PROBLEM_RESPONSES
 from writer.routes.params import SessionId, WorkspaceId, replayed
