@@ -317,6 +317,35 @@ class Summary(msgspec.Struct):
     review: ReviewReceipt | None
 
 
+class SessionOverview(msgspec.Struct):
+    """One session of the list to review: its proposals (``additions``, ``updates``, of which
+    ``stale``; ``erased`` with a deleted card), when the first and last arrived, who proposed
+    them (actors), and its review (``review_id``, ``outcome``, by whom, when) once reviewed."""
+
+    session_id: str
+    additions: int
+    updates: int
+    stale: int
+    erased: int
+    first_proposed_at: datetime
+    last_proposed_at: datetime
+    proposed_by: list[str]
+    reviewed: bool
+    review_id: str | None = None
+    outcome: str | None = None
+    reviewed_by: str | None = None
+    reviewed_at: datetime | None = None
+
+
+class SessionList(msgspec.Struct):
+    """The workspace's sessions with proposals, latest proposal first (``status``: the filter
+    applied; ``limit``: at most that many)."""
+
+    status: Literal["open", "reviewed", "all"]
+    sessions: list[SessionOverview]
+    limit: int
+
+
 class SolvedIndexCard(msgspec.Struct):
     """A card of the receipt: ``requeued`` (its projection runs again against its current state)
     or ``deleted`` (gone since: never recreated; any open point deletion is re-queued)."""

@@ -48,7 +48,7 @@ from shared.store.database import Connection, Database
 from shared.workflow import rules
 from shared.archive.responses import (DecisionRecord, ProjectionEntry, ProposalOutcome,
                                      ProposeResult, ReviewedItem, ReviewOutcome, ReviewReceipt,
-                                     SessionDecisions, SolvedIndexCard, SolvedIndexResult, Summary,
+                                     SessionDecisions, SessionList, SessionOverview, SolvedIndexCard, SolvedIndexResult, Summary,
                                      SummaryItem)
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
                                       DecideRequest, Decision, FieldChange, Proposal,
@@ -250,6 +250,29 @@ class Workflow:
                     detail={"session": session_id, "proposals": new_keys[:100],
                             "count": len(new_keys)})
         return ProposeResult(session_id=session_id, proposals=outcomes, session_total=total)
+
+    # ---- the sessions to review ----
+
+    async def sessions(self, principal: Principal, workspace: str, status: str = "open",
+                       limit: int = 100) -> SessionList:
+        """The workspace's sessions with proposals, latest proposal first: ``open`` (not yet
+        reviewed, the default), ``reviewed`` or ``all``; at most ``limit`` (1..500).
+
+        :raises InvalidInput: another ``status`` or ``limit``.
+        :raises Forbidden: the token holds neither ``memory.propose`` nor ``memory.review``.
+        :raises NotFound: principal of another workspace.
+        """
+        principal.require(workspace, "memory.propose", "memory.review")
+        if status not in ("open", "reviewed", "all"):
+            raise InvalidInput("status is one of open, reviewed, all", field="status")
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit is 1..500", field="limit")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            rows = await store.list_sessions(conn, status, limit)
+        return SessionList(status=status, limit=limit,  # type: ignore[arg-type]
+                           sessions=[msgspec.convert({**r, "reviewed": r["review_id"] is not None},
+                                                     SessionOverview) for r in rows])
 
     # ---- summary ----
 

@@ -665,6 +665,28 @@ SET result = jsonb_set(r.result, '{items}', (
 WHERE r.result -> 'items' @> jsonb_build_array(jsonb_build_object('card_id', %(card_ref)s::text))
 RETURNING r.review_id;
 
+-- name: sessions_list
+-- The workspace's sessions with proposals, latest proposal first: additions and updates, the
+-- stale updates (card deleted, or moved past the revision drafted against), erased proposals,
+-- the first and last proposal time, who proposed, and the review receipt if any. status: open
+-- (no receipt), reviewed, or all.
+SELECT p.session_id,
+       count(*) FILTER (WHERE p.kind = 'addition') AS additions,
+       count(*) FILTER (WHERE p.kind = 'update') AS updates,
+       count(*) FILTER (WHERE p.kind = 'update' AND p.erased_at IS NULL
+                          AND (c.id IS NULL OR c.revision <> p.base_revision)) AS stale,
+       count(*) FILTER (WHERE p.erased_at IS NOT NULL) AS erased,
+       min(p.created_at) AS first_proposed_at, max(p.created_at) AS last_proposed_at,
+       array_agg(DISTINCT p.proposed_by ORDER BY p.proposed_by) AS proposed_by,
+       r.review_id, r.outcome, r.reviewed_by, r.created_at AS reviewed_at
+FROM session_proposals p
+LEFT JOIN cards c ON c.id = p.card_id
+LEFT JOIN review_receipts r ON r.session_id = p.session_id
+GROUP BY p.session_id, r.review_id, r.outcome, r.reviewed_by, r.created_at
+HAVING %(status)s = 'all' OR (%(status)s = 'open') = (r.review_id IS NULL)
+ORDER BY max(p.created_at) DESC, p.session_id
+LIMIT %(limit)s;
+
 -- name: sessions_proposals_count
 -- How many proposals the session holds.
 SELECT count(*) AS n FROM session_proposals WHERE session_id = %(session_id)s;

@@ -61,6 +61,15 @@ async def session_proposals(conn: AsyncConnection, session_id: str) -> list[Stor
             for r in await cur.fetchall()]
 
 
+async def list_sessions(conn: AsyncConnection, status: str, limit: int) -> list[dict[str, Any]]:
+    """The workspace's sessions with proposals, latest proposal first (``status``: ``open``,
+    ``reviewed`` or ``all``; at most ``limit``): rows ``{session_id, additions, updates, stale,
+    erased, first_proposed_at, last_proposed_at, proposed_by, review_id, outcome, reviewed_by,
+    reviewed_at}`` (the review's fields None when not reviewed)."""
+    cur = await conn.execute(Q.sessions_list, {"status": status, "limit": limit})
+    return list(await cur.fetchall())
+
+
 async def count_proposals(conn: AsyncConnection, session_id: str) -> int:
     """How many proposals the session holds."""
     row = await (await conn.execute(Q.sessions_proposals_count, {"session_id": session_id})).fetchone()
