@@ -71,3 +71,97 @@ async def test_cli_sessions_lists_the_sessions_to_review(make_env, monkeypatch, 
         assert code == 0 and out["sessions"] == []
         code, _, err = await run_cli(capsys, "sessions", "--workspace", "other")
         assert code == 2 and json.loads(err)["code"] == "not_found", err
+
+
+# ---- a review bound to the summary it was made on (issue 25, case 6) ----
+
+async def _summary(env, h, session="s6"):
+    r = await env.client.get(f"{SESSION}/{session}/summary", headers=h)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def _opened(env, session, proposals):
+    """Workspace acme with ``proposals`` stored in ``session``; the agent's and the reviewer's
+    headers."""
+    env.workspace("acme")
+    _, agent, reviewer = _tokens(env)
+    await _propose(env, agent, session, proposals)
+    return agent, reviewer
+
+
+async def test_a_proposal_added_after_the_summary_is_neither_applied_nor_declined(make_env):
+    async with make_env() as env:
+        agent, reviewer = await _opened(env, "s6", [active_def()])
+        seen = await _summary(env, reviewer)
+        await _propose(env, agent, "s6", [RULE])  # p2 arrives while the reviewer reads
+        body = {"review_id": "rv-6", "version": seen["version"], "selected": [{"key": "active"}]}
+        receipt = (await _review(env, reviewer, "s6", body)).json()
+        assert [i["key"] for i in receipt["items"]] == ["active"]
+        assert receipt["declined"] == [] and receipt["open"] == ["rule"]
+        # the same receipt on replay
+        again = await _review(env, reviewer, "s6", body)
+        assert again.json() == receipt and again.headers.get("Idempotent-Replayed") == "true"
+        after = await _summary(env, reviewer)
+        state = {i["key"]: i["reviewed"] for i in after["proposals"]}
+        assert state == {"active": "created", "rule": None} and after["counts"]["open"] == 1
+        listed = (await env.client.get(SESSION, headers=reviewer)).json()["sessions"]
+        assert [(s["session_id"], s["open"]) for s in listed] == [("s6", 1)]
+        # another reviewer still holding the first summary: it changed, 409, nothing written
+        r = await _review(env, reviewer, "s6", {**body, "review_id": "rv-6b"}, status=409)
+        assert r.json()["code"] == "summary_changed"
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
+        # p2 is reviewed later, on the summary that shows it
+        second = (await _review(env, reviewer, "s6", {
+            "review_id": "rv-7", "version": after["version"], "selected": [{"key": "rule"}]})).json()
+        assert [i["key"] for i in second["items"]] == ["rule"] and second["open"] == []
+        final = await _summary(env, reviewer)
+        assert {i["key"]: i["reviewed"] for i in final["proposals"]} == {
+            "active": "created", "rule": "created"}
+        assert [r["review_id"] for r in final["reviews"]] == ["rv-6", "rv-7"]
+        assert (await _sessions(env, reviewer))["sessions"] == []
+        r = await _review(env, reviewer, "s6", {"review_id": "rv-8", "decline_all": True},
+                          status=409)
+        assert "already reviewed" in r.json()["detail"]
+
+
+async def test_without_a_version_a_review_covers_every_open_proposal(make_env):
+    async with make_env() as env:
+        agent, reviewer = await _opened(env, "s6", [active_def(), RULE])
+        receipt = (await _review(env, reviewer, "s6", {
+            "review_id": "rv-old", "selected": [{"key": "active"}]})).json()
+        assert receipt["declined"] == ["rule"] and receipt["open"] == []
+        r = await _review(env, reviewer, "s6", {"review_id": "rv-v", "version": "1-0",
+                                                 "decline_all": True}, status=409)
+        assert r.json()["code"] == "conflict"  # reviewed already: nothing is open
+
+
+async def test_a_forged_or_old_version_is_a_409_and_writes_nothing(make_env):
+    async with make_env() as env:
+        agent, reviewer = await _opened(env, "s6", [active_def()])
+        for version in ("junk", "999999-abc", "1-0000000000000000"):
+            r = await _review(env, reviewer, "s6", {"review_id": f"rv-{version}",
+                                                     "version": version,
+                                                     "decline_all": True}, status=409)
+            assert r.json()["code"] == "summary_changed" and r.json()["field"] == "version"
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+
+
+async def test_the_admin_page_sends_its_version_so_later_proposals_stay_open(make_env):
+    import admin_helpers
+    from test_admin_review import form_of, post
+
+    async with make_env() as env:
+        agent, reviewer = await _opened(env, "s1", [active_def()])
+        await admin_helpers.sign_in(env.client, reviewer)
+        page = await env.client.get("/admin/workspaces/acme/sessions/s1")
+        pairs = form_of(page.text)
+        assert ("version", (await _summary(env, reviewer, "s1"))["version"]) in pairs
+        await _propose(env, agent, "s1", [RULE])
+        r = await post(env, pairs)
+        assert r.status_code == 303, r.text
+        receipt = await env.client.get(r.headers["location"])
+        assert 'id="left-open"' in receipt.text and "Paid orders only" in receipt.text
+        assert "1 proposal of this session is still open" in receipt.text
+        page = await env.client.get("/admin/workspaces/acme/sessions/s1")
+        assert 'name="p1-keep"' in page.text and 'name="p0-keep"' not in page.text

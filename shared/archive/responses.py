@@ -288,6 +288,9 @@ class ReviewReceipt(msgspec.Struct):
     ``outcome``: ``applied`` or ``declined`` (explicit decline of all). ``items``: the selected
     proposals and their cards. ``declined``: keys of the session's proposals not selected.
     ``projection``: the operations queued for the cards written (what solved-index re-runs).
+    ``through``: the last proposal (its sequence number) the review covers, the summary version
+    it was made on; ``open``: the proposals stored after it, left open for a later review
+    (None and empty for a receipt that covers the whole session, as before issue 25).
     """
 
     review_id: str
@@ -299,6 +302,8 @@ class ReviewReceipt(msgspec.Struct):
     declined: list[str]
     projection: list[ProjectionEntry]
     note: str = ""
+    through: int | None = None
+    open: list[str] = []
 
 
 class ReviewOutcome(msgspec.Struct):
@@ -309,24 +314,31 @@ class ReviewOutcome(msgspec.Struct):
 
 
 class Summary(msgspec.Struct):
-    """The reviewable summary of a session: its proposals, counts, and its receipt once reviewed."""
+    """The reviewable summary of a session: its proposals, counts, and its receipt once reviewed
+    (``review``: the latest; ``reviews``: all of them, oldest first, when a review left proposals
+    that arrived later open). ``version`` names this summary: a review sends it back, so that
+    what arrived after it stays open and a summary changed otherwise is a 409."""
 
     session_id: str
     proposals: list[SummaryItem]
     counts: dict[str, int]
     review: ReviewReceipt | None
+    version: str = ""
+    reviews: list[ReviewReceipt] = []
 
 
 class SessionOverview(msgspec.Struct):
-    """One session of the list to review: its proposals (``additions``, ``updates``, of which
-    ``stale``; ``erased`` with a deleted card), when the first and last arrived, who proposed
-    them (actors), and its review (``review_id``, ``outcome``, by whom, when) once reviewed."""
+    """One session of the list to review: its proposals (``additions``, ``updates``; ``open``:
+    not reviewed yet, of which ``stale`` updates; ``erased`` with a deleted card), when the first
+    and last arrived, who proposed them (actors), and its latest review (``review_id``,
+    ``outcome``, by whom, when) once reviewed."""
 
     session_id: str
     additions: int
     updates: int
     stale: int
     erased: int
+    open: int
     first_proposed_at: datetime
     last_proposed_at: datetime
     proposed_by: list[str]

@@ -97,7 +97,9 @@ class SessionController(Controller):
         answers the durable receipt ``{review_id, session_id, outcome, items: [{key, action
         (created|updated|reused), card_id, revision}], declined, projection}``. The same
         ``review_id`` again answers the same receipt and writes nothing (header
-        ``Idempotent-Replayed: true``). Errors: 409 ``stale_revision`` (``item`` names the
+        ``Idempotent-Replayed: true``). ``version`` (optional): the summary's ``version`` the
+        review was made on; proposals stored after it stay open (receipt ``open``), and a
+        summary changed otherwise since is a 409 ``summary_changed`` (reload it). Errors: 409 ``stale_revision`` (``item`` names the
         update; nothing written), 422 invalid link, unselected proposal, edit of the approved
         SQL, 409 review id reused for another request or session already reviewed, 404; 403
         without ``memory.review`` (a token that only proposes cannot apply a review)."""

@@ -20,7 +20,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, Parameter
 
 from shared.archive.cards import Archive
-from shared.archive.responses import Summary, SummaryItem
+from shared.archive.responses import ReviewReceipt, Summary, SummaryItem
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput
 from shared.workflow.requests import ReviewRequest
 from writer.routes.admin import forms, review_form
@@ -117,9 +117,9 @@ async def session_page(person: NamedDependency[Person], archive: NamedDependency
     if denied is not None:
         return denied
     summary = await archive.workflow.summary(person.principal, workspace_id, session_id)
-    if summary.review is not None:
-        return _receipt(person, summary, replayed=bool(replayed) and
-                        review == summary.review.review_id)
+    done = next((r for r in summary.reviews if r.review_id == review), None)
+    if done is not None or not summary.counts.get("open"):
+        return _receipt(person, summary, done or summary.reviews[-1], bool(replayed))
     return _summary_page(person, summary)
 
 
@@ -135,10 +135,11 @@ def _summary_page(person: Person, summary: Summary, posted: review_form.Posted |
                   outcome=outcome, status=status)
 
 
-def _receipt(person: Person, summary: Summary, replayed: bool) -> Response:
+def _receipt(person: Person, summary: Summary, receipt: ReviewReceipt,
+             replayed: bool) -> Response:
     titles = {i.key: (i.card.title if i.card else i.key) for i in summary.proposals}
     return render("receipt.html", person, current="sessions", summary=summary,
-                  receipt=summary.review, titles=titles, replayed=replayed)
+                  receipt=receipt, titles=titles, replayed=replayed)
 
 
 @post("/workspaces/{workspace_id:str}/sessions/{session_id:str}", dependencies=DEPS,
@@ -157,7 +158,7 @@ async def apply_review(request: Request, person: NamedDependency[Person],
         raise Forbidden("reviewing needs memory.review", permissions=["memory.review"])
     summary = await workflow.summary(person.principal, workspace_id, session_id)
     posted = review_form.parse(pairs, {i.key: i.family for i in summary.proposals})
-    if summary.review is not None and summary.review.review_id == posted.review_id:
+    if posted.review_id in {r.review_id for r in summary.reviews}:
         # this very form was applied already (back button, double click): its receipt, as is
         return see_other(Urls(workspace_id).session(session_id, review=posted.review_id,
                                                     replayed="1"))
@@ -165,7 +166,7 @@ async def apply_review(request: Request, person: NamedDependency[Person],
         req = review_form.request(posted, summary.proposals)
         result = await workflow.review(person.principal, workspace_id, session_id, req)
     except (InvalidInput, Conflict) as exc:
-        if summary.review is not None and not isinstance(exc, InvalidInput):
+        if not summary.counts.get("open") and not isinstance(exc, InvalidInput):
             raise
         return _summary_page(person, summary, posted, status=exc.status,
                              outcome=_refusal(exc, summary))

@@ -115,9 +115,10 @@ def request(posted: Posted, items: list[SummaryItem]) -> ReviewRequest:
 
     :raises InvalidInput: a value out of bounds (``item``: the proposal's key).
     """
+    version = {"version": posted.version} if posted.version else {}
     if posted.decline:
         return models.convert({"review_id": posted.review_id, "decline_all": True,
-                               "note": posted.note}, ReviewRequest)
+                               "note": posted.note, **version}, ReviewRequest)
     selected: list[ReviewSelection] = []
     for item in items:
         if not posted.keep.get(item.key) or item.card is None:
@@ -128,5 +129,5 @@ def request(posted: Posted, items: list[SummaryItem]) -> ReviewRequest:
             exc.extra.setdefault("item", item.key)
             raise
         selected.append(ReviewSelection(key=item.key, edits=changed))
-    return models.convert({"review_id": posted.review_id, "note": posted.note,
+    return models.convert({"review_id": posted.review_id, "note": posted.note, **version,
                            "selected": msgspec.to_builtins(selected)}, ReviewRequest)
