@@ -165,3 +165,64 @@ async def test_the_admin_page_sends_its_version_so_later_proposals_stay_open(mak
         assert "1 proposal of this session is still open" in receipt.text
         page = await env.client.get("/admin/workspaces/acme/sessions/s1")
         assert 'name="p1-keep"' in page.text and 'name="p0-keep"' not in page.text
+
+
+# ---- the approved links of an addition that reuses an existing card ----
+
+async def _linked_card(env):
+    """Workspace acme with a card "Refunds" and a card identical to :func:`active_def` that links
+    to it ("see also"); ``(admin, agent, reviewer, refunds, existing)``."""
+    env.workspace("acme")
+    admin, agent, reviewer = _tokens(env)
+    other = await _card(env, admin, {"family": "sql_rule", "title": "Refunds",
+                                     "content": {"rule": "Refunds are negative."}})
+    base = {k: v for k, v in active_def().items() if k in ("family", "title", "content")}
+    existing = await _card(env, admin, {**base, "links": [
+        {"target": other["id"], "meaning": "see also"}]})
+    return admin, agent, reviewer, other, existing
+
+
+async def test_a_reused_card_gets_the_approved_links_it_lacks_as_a_new_revision(make_env):
+    async with make_env() as env:
+        admin, agent, reviewer, other, existing = await _linked_card(env)
+        target = await _card(env, admin, {"family": "sql_rule", "title": "Paid orders",
+                                          "content": {"rule": "Keep paid orders."}})
+        await _propose(env, agent, "s-links", [active_def(links=[
+            {"target": target["id"], "meaning": "filters by"},
+            {"target": other["id"], "meaning": "contradicts"}])])
+        summary = await _summary(env, reviewer, "s-links")
+        assert summary["proposals"][0]["action"] == "reuse"
+        receipt = (await _review(env, reviewer, "s-links", {
+            "review_id": "rv-links", "version": summary["version"],
+            "selected": [{"key": "active"}]})).json()
+        item = receipt["items"][0]
+        assert (item["action"], item["card_id"], item["revision"]) == ("reused", existing["id"], 2)
+        assert item["links_added"] == [target["id"]]
+        assert item["links_not_written"] == [
+            f"{other['id']} (contradicts): the card already links to it as 'see also'"]
+        card = (await env.client.get(f"/api/workspaces/acme/memory/{existing['id']}",
+                                     headers=admin)).json()["card"]
+        assert card["revision"] == 2 and card["origin"] == existing["origin"]
+        assert sorted((link["target"], link["meaning"]) for link in card["links"]) == sorted([
+            (other["id"], "see also"), (target["id"], "filters by")])
+        # the new revision is queued for projection and recorded, like any write of a review
+        assert [p["card_id"] for p in receipt["projection"]] == [existing["id"]]
+        uid = existing["id"].removeprefix("mem-")
+        assert env.scalar("SELECT count(*) FROM memory.projection_ops WHERE card_id = %s AND "
+                          "op = 'upsert' AND revision = 2", uid) == 1
+        r = await env.client.get("/api/workspaces/acme/memory/activity", headers=admin,
+                                 params={"card_id": existing["id"], "verb": "reuse"})
+        assert r.json()["total"] == 1, r.text
+
+
+async def test_a_reused_card_that_already_has_the_links_is_not_written(make_env):
+    async with make_env() as env:
+        admin, agent, reviewer, other, existing = await _linked_card(env)
+        await _propose(env, agent, "s-same", [active_def(links=[
+            {"target": other["id"], "meaning": "see also"}])])
+        receipt = (await _review(env, reviewer, "s-same", {
+            "review_id": "rv-same", "selected": [{"key": "active"}]})).json()
+        item = receipt["items"][0]
+        assert (item["action"], item["revision"]) == ("reused", 1)
+        assert "links_added" not in item and "links_not_written" not in item
+        assert receipt["projection"] == []

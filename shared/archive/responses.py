@@ -260,7 +260,9 @@ class SummaryItem(msgspec.Struct):
 
 
 class ReviewedItem(msgspec.Struct, omit_defaults=True):
-    """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (no write)."""
+    """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (the existing
+    card; written only when the approved links add to it: ``links_added``, the new revision).
+    ``links_not_written``: each approved link of a reused card that was not written, and why."""
 
     key: str
     kind: str
@@ -272,6 +274,10 @@ class ReviewedItem(msgspec.Struct, omit_defaults=True):
     #: the card was deleted since and its title erased with it (``title`` is empty); only
     #: present when true
     erased: bool = False
+    #: the approved links written onto a reused card (target card ids); only when some were
+    links_added: list[str] = []
+    #: the approved links of a reused card that were not written: ``<target> (<meaning>): why``
+    links_not_written: list[str] = []
 
 
 class ProjectionEntry(msgspec.Struct):

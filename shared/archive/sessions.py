@@ -540,8 +540,8 @@ class Workflow:
         reuse = {n: m.reuse for n, m in zip(adds, matches)}
         ids = {d.key: rules.edited_card(d) or reuse.get(n) or uuid.uuid4()
                for n, (_, d, _) in enumerate(selected)}
-        # links by key name selected proposals only; they become card ids (a reused card is not
-        # written, so its proposal's links are checked like every other but not applied)
+        # links by key name selected proposals only; they become card ids (a reused card gets
+        # the approved links it lacks, as a new revision: _link_reused)
         existing = await card_store.existing_ids(conn, rules.card_targets(bodies))
         for (where, d, _), body in zip(selected, bodies):
             rules.check_links(body.links, where, key=d.key, card_id=ids[d.key], written=ids,
@@ -549,6 +549,7 @@ class Workflow:
         links = [rules.resolve_links(body.links, ids) for body in bodies]
         # 2. write: new cards first (no links yet), then updates and links, inside this transaction
         revisions: dict[str, int] = {}
+        linked: dict[str, tuple[list[str], list[str]]] = {}
         creates = [n for n in adds if reuse[n] is None]
         for n in creates:
             d = selected[n][1]
@@ -562,6 +563,12 @@ class Workflow:
                         conn, workspace, ids[d.key], bodies[n], links[n])
                 elif reuse[n] is None and links[n]:
                     await card_store.add_links(conn, workspace, ids[d.key], links[n])
+                elif links[n]:
+                    revision, added, skipped = await _link_reused(conn, workspace, ids[d.key],
+                                                                  links[n])
+                    linked[d.key] = (added, skipped)
+                    if revision is not None:
+                        revisions[d.key] = revision
             except ArchiveError as exc:
                 raise rules.at_item(where, d.key, exc) from exc
         # 3. one projection operation per written card; activity; the receipt's items
@@ -583,10 +590,12 @@ class Workflow:
                                           "revision": revision})
             else:
                 revision = (await card_store.get(conn, cid)).revision
+            added, skipped = linked.get(d.key, ([], []))
             items.append(ReviewedItem(key=d.key, kind=stored[d.key].draft.kind,
                                       action=rules.DONE[action],
                                       card_id=card_id_str(cid), revision=revision,
-                                      family=bodies[n].family, title=bodies[n].title))
+                                      family=bodies[n].family, title=bodies[n].title,
+                                      links_added=added, links_not_written=skipped))
         return items, op_ids, projection
 
     # ---- solved-index ----
@@ -702,6 +711,38 @@ class Workflow:
         return SessionDecisions(session_id=session_id,
                                 decisions=[_decision_record(d) for d in rows],
                                 counts=_decision_counts(rows))
+
+
+async def _link_reused(conn: Connection, workspace: str, card_uuid: uuid.UUID,
+                       links: list[tuple[uuid.UUID, str]]) -> tuple[int | None, list[str], list[str]]:
+    """Write the approved ``links`` (resolved) of an addition that reuses ``card_uuid`` onto that
+    card, as a new revision of it (its other fields unchanged; the caller queues its projection
+    and records the activity): the links it lacks are added; one to a target it already links to
+    with another meaning is not written (a card links to a target once).
+
+    :returns: ``(new revision or None when nothing was added, targets added, links not written
+        with the reason)``.
+    """
+    card = await card_store.get(conn, card_uuid)
+    have = {parse_card_id(link.target): link.meaning for link in card.links}
+    added: list[tuple[uuid.UUID, str]] = []
+    skipped: list[str] = []
+    for target, meaning in links:
+        if target not in have:
+            added.append((target, meaning))
+            have[target] = meaning
+        elif have[target] != meaning:
+            skipped.append(f"{card_id_str(target)} ({meaning}): the card already links to it "
+                           f"as {have[target]!r}")
+    if not added:
+        return None, [], skipped
+    body = CardWrite(family=card.family, title=card.title, content=card.content,
+                     scope=card.scope, concepts=card.concepts, dependencies=card.dependencies,
+                     revision=card.revision)
+    current = [(parse_card_id(link.target), link.meaning) for link in card.links]
+    revision = await card_store.update(conn, workspace, card_uuid, body,
+                                       [(t, m) for t, m in current if t is not None] + added)
+    return revision, [card_id_str(t) for t, _ in added], skipped
 
 
 def _decision_record(row: store.StoredDecision) -> DecisionRecord:
