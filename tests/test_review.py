@@ -226,3 +226,51 @@ async def test_a_reused_card_that_already_has_the_links_is_not_written(make_env)
         assert (item["action"], item["revision"]) == ("reused", 1)
         assert "links_added" not in item and "links_not_written" not in item
         assert receipt["projection"] == []
+
+
+# ---- what the archive holds near an addition: similar cards, nearby solved questions ----
+
+async def _nearby_page(env):
+    """Workspace acme with a similar card, a solved question of database shop and an unrelated
+    rule, indexed; a session proposing "Active customer" (of shop); the reviewer signed in on
+    its summary page."""
+    import admin_helpers
+
+    env.workspace("acme")
+    admin, agent, reviewer = _tokens(env)
+    await _card(env, admin, {"family": "domain_clarification", "title": "Active buyer",
+                             "content": {"definition": "A buyer with a purchase in the last "
+                                                       "30 days."}})
+    await _card(env, admin, {"family": "solved_question", "title": "Active customers by month",
+                             "content": {"question": "How many active customers per month?",
+                                         "sql": "SELECT month, count(*) FROM customers GROUP BY 1"},
+                             "dependencies": [{"database": "shop"}]})
+    await _card(env, admin, {"family": "sql_rule", "title": "Paid orders",
+                             "content": {"rule": "Keep paid orders."}})
+    await env.drain()
+    await _propose(env, agent, "s-near", [active_def(dependencies=[
+        {"database": "shop", "schema": "public", "table": "customers"}])])
+    await admin_helpers.sign_in(env.client, reviewer)
+    return await env.client.get("/admin/workspaces/acme/sessions/s-near")
+
+
+async def test_the_summary_page_shows_similar_cards_and_nearby_solved_questions(make_env):
+    import re
+
+    async with make_env() as env:
+        page = await _nearby_page(env)
+        assert page.status_code == 200, page.text
+        near = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.text.split('id="nearby-0"')[1]
+                                          .split("</div>")[0]))
+        similar, solved = near.split("Where it would be recalled")
+        assert "Similar, not the same" in similar and "Active buyer" in similar
+        assert "Paid orders" not in similar and "Active customers by month" not in similar
+        assert "solved questions of shop" in solved and "Active customers by month" in solved
+
+
+async def test_without_recall_the_summary_page_says_so_and_still_reviews(make_env):
+    async with make_env() as env:
+        env.app.state.archive.embedder = None  # the model is not available to this process
+        page = await _nearby_page(env)
+        assert page.status_code == 200, page.text
+        assert "cannot be shown now" in page.text and 'id="review-form"' in page.text

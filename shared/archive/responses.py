@@ -364,6 +364,38 @@ class SessionList(msgspec.Struct):
     limit: int
 
 
+class NearbyCard(msgspec.Struct):
+    """A card recall finds near a proposed addition (``score``: recall's ranking score, not a
+    similarity)."""
+
+    card_id: str
+    title: str
+    family: str
+    revision: int
+    score: float
+
+
+class NearbyItem(msgspec.Struct):
+    """What the archive already holds near one open addition: ``similar``, the closest cards of
+    its family by recall that are not the card it would reuse nor its possible duplicate
+    ("similar, not the same": never merged automatically); ``solved``, the solved questions of
+    its databases nearest to it (where it would be recalled)."""
+
+    key: str
+    similar: list[NearbyCard]
+    solved: list[NearbyCard]
+
+
+class ReviewNeighbours(msgspec.Struct):
+    """The neighbours of a session's open additions, by key; ``available`` false (and
+    ``reason``) when recall cannot answer now (no index, no model, privacy filter): the review
+    goes on without them."""
+
+    available: bool
+    items: dict[str, NearbyItem]
+    reason: str | None = None
+
+
 class SolvedIndexCard(msgspec.Struct):
     """A card of the receipt: ``requeued`` (its projection runs again against its current state)
     or ``deleted`` (gone since: never recreated; any open point deletion is re-queued)."""

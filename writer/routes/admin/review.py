@@ -19,8 +19,9 @@ from litestar import Request, Response, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, Parameter
 
+from shared.archive import review_context
 from shared.archive.cards import Archive
-from shared.archive.responses import ReviewReceipt, Summary, SummaryItem
+from shared.archive.responses import ReviewNeighbours, ReviewReceipt, Summary, SummaryItem
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput
 from shared.workflow.requests import ReviewRequest
 from writer.routes.admin import forms, review_form
@@ -120,11 +121,15 @@ async def session_page(person: NamedDependency[Person], archive: NamedDependency
     done = next((r for r in summary.reviews if r.review_id == review), None)
     if done is not None or not summary.counts.get("open"):
         return _receipt(person, summary, done or summary.reviews[-1], bool(replayed))
-    return _summary_page(person, summary)
+    nearby = await review_context.neighbours(archive, person.principal, workspace_id, summary)
+    return _summary_page(person, summary, nearby=nearby)
 
 
 def _summary_page(person: Person, summary: Summary, posted: review_form.Posted | None = None,
-                  status: int = 200, outcome: dict[str, Any] | None = None) -> Response:
+                  status: int = 200, outcome: dict[str, Any] | None = None,
+                  nearby: ReviewNeighbours | None = None) -> Response:
+    """The editable summary (``posted``: the reviewer's form, shown again after a refused
+    apply; ``nearby``: the open additions' neighbours by recall, None when not looked up)."""
     entries = _entries(summary, posted)
     if outcome and outcome.get("item"):
         for e in entries:
@@ -132,7 +137,7 @@ def _summary_page(person: Person, summary: Summary, posted: review_form.Posted |
                 e.error = outcome["message"]
     return render("review.html", person, current="sessions", summary=summary, entries=entries,
                   review_id=uuid.uuid4().hex, note=posted.note if posted else "",
-                  outcome=outcome, status=status)
+                  outcome=outcome, status=status, nearby=nearby)
 
 
 def _receipt(person: Person, summary: Summary, receipt: ReviewReceipt,
