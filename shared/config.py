@@ -224,8 +224,9 @@ SETTINGS: tuple[Setting, ...] = (
             "longest text the privacy filter accepts; a longer card fails its projection "
             "(closed)", 500_000, _int),
     Setting("MEMARC_METRICS_TOKEN_FILE", "metrics_token",
-            "a file holding the bearer token `GET /metrics` then requires (a file that cannot "
-            "be read or holds no token is refused); unset: `/metrics` is open", None,
+            "a file holding the bearer token `GET /metrics` then requires, and with which its "
+            "queue series are per workspace (a file that cannot be read or holds no token is "
+            "refused); unset: `/metrics` is open and names no workspace", None,
             _token_file),
     Setting("MEMARC_ADMIN_SESSION_HOURS", "admin_session_hours",
             "longest life of a sign-in to the administration pages, in hours", 12.0, _float),

@@ -357,21 +357,12 @@ LIMIT %(limit)s OFFSET %(offset)s;
 SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
 
 -- name: outbox_queue_summary
--- The workspace's operations per status, in one scan (the metrics' queue figures, read at
--- scrape time): count and age in seconds of the oldest; done operations also per lag bucket
--- (queued, i.e. the saving transaction, to completed) with the sum of their lags. The buckets
--- are %(neg_bounds)s, the upper bounds b_1 < ... < b_n negated and ascending (-b_n, ..., -b_1):
--- width_bucket(-lag, ...) counts the bounds >= lag, so %(n)s minus it is the 0-based index of
--- the first bound >= lag (n: above every bound), as Prometheus's ``le``.
-SELECT status,
-       CASE WHEN status = 'done' AND completed_at IS NOT NULL
-            THEN %(n)s - width_bucket(extract(epoch FROM created_at - completed_at)::float8,
-                                      %(neg_bounds)s::float8[]) END AS bucket,
-       count(*) AS n,
-       extract(epoch FROM now() - min(created_at))::float8 AS oldest_seconds,
-       sum(extract(epoch FROM completed_at - created_at)::float8) AS lag_sum
-FROM projection_ops
-GROUP BY 1, 2;
+-- Every workspace's operations per status and lag bucket in one statement (the metrics' queue
+-- figures, read at scrape time, through migration 019's definer function): count, age in
+-- seconds of the oldest, and the sum of the done ones' lags; a workspace without operations has
+-- one row with a NULL status. %(n)s and %(neg_bounds)s: see the function's comment.
+SELECT workspace_id, status, bucket, n_ops AS n, oldest_seconds, lag_sum
+FROM projection_queue_summary(%(n)s, %(neg_bounds)s::float8[]);
 
 -- name: outbox_pending_list_for_card
 -- A card's incomplete operations, oldest first, with their age in seconds.
