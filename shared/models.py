@@ -55,6 +55,12 @@ MODES: tuple[str, ...] = get_args(Mode)
 #: What an import does with a line whose key is already a card's key in the workspace.
 OnConflict = Literal["skip", "update"]
 ON_CONFLICT: tuple[str, ...] = get_args(OnConflict)
+#: how an import treats a line's provenance: ``import`` (the default) writes ``import`` or
+#: ``manual`` cards and refuses a line that claims a review (origin ``workflow``, or a source
+#: naming a session or decisions); ``restore`` keeps origin and source as written, for a file
+#: that ``export`` wrote from this archive (issue 25, case 8)
+ImportMode = Literal["import", "restore"]
+IMPORT_MODES: tuple[str, ...] = get_args(ImportMode)
 #: The orders of a card listing (API, CLI, explorer); :mod:`shared.store.listing` maps each to
 #: its column and default direction.
 Sort = Literal["updated", "created", "title", "family"]

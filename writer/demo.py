@@ -16,8 +16,11 @@ from shared.store.bootstrap import create_token, create_workspace, revoke_labell
 
 #: Label of the token each ``memarc up --demo`` prints; a new start revokes the previous one.
 DEMO_TOKEN_LABEL = "memarc up demo"
-#: The demo's assistant token (administration, recall, proposals) and reviewer token (review).
-DEMO_PERMISSIONS = ("memory.manage", "memory.propose")
+#: The demo's tokens, least privilege (issue 25, case 8): the assistant's recalls and proposes
+#: (it cannot write cards directly nor apply a review), the administrator's manages cards, the
+#: reviewer's reviews; no one token can both propose and apply.
+DEMO_PERMISSIONS = ("memory.read", "memory.propose")
+DEMO_MANAGE_PERMISSIONS = ("memory.manage",)
 DEMO_REVIEW_PERMISSIONS = ("memory.review",)
 
 
@@ -33,23 +36,25 @@ def admin_sign_in_link(settings: Settings, workspace: str, writer_url: str) -> s
 
 def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
     """Create ``workspace`` (language ``en``) if it does not exist, revoke the tokens of the
-    previous demo start and create two new ones, the reviewer gate kept (issue 16): the
-    assistant's ``memory.manage`` + ``memory.propose`` token, returned as
-    :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret, …}``), with the
-    reviewer's ``memory.review`` token under ``review_token`` (the same form). No demo token can
-    apply its own proposals.
+    previous demo start and create three new ones, least privilege (issue 25, case 8) and the
+    reviewer gate kept (issue 16): the assistant's ``memory.read`` + ``memory.propose`` token,
+    returned as :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret,
+    …}``), the administrator's ``memory.manage`` token under ``manage_token`` and the reviewer's
+    ``memory.review`` token under ``review_token`` (the same form). The assistant can neither
+    write cards directly nor apply its own proposals.
 
     Uses the migrator credentials; raises what bootstrap raises (:class:`~shared.errors.BootstrapUnavailable`, ...).
     """
     create_workspace(settings.migrator_database_url, settings.db_schema, workspace, "en")
-    # one live pair of demo tokens at a time: the previous start's are revoked, these printed
+    # one live set of demo tokens at a time: the previous start's are revoked, these printed
     revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema, workspace,
                            DEMO_TOKEN_LABEL)
     token = create_token(settings.migrator_database_url, settings.db_schema, workspace,
                          list(DEMO_PERMISSIONS), label=DEMO_TOKEN_LABEL)
-    token["review_token"] = create_token(settings.migrator_database_url, settings.db_schema,
-                                         workspace, list(DEMO_REVIEW_PERMISSIONS),
-                                         label=DEMO_TOKEN_LABEL)
+    for key, permissions in (("manage_token", DEMO_MANAGE_PERMISSIONS),
+                             ("review_token", DEMO_REVIEW_PERMISSIONS)):
+        token[key] = create_token(settings.migrator_database_url, settings.db_schema, workspace,
+                                  list(permissions), label=DEMO_TOKEN_LABEL)
     return token
 
 

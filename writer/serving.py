@@ -231,6 +231,7 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             token = demo_token(settings, demo_workspace)
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
+            info["manage_token"] = token["manage_token"]["token"]
             info["review_token"] = token["review_token"]["token"]
             info["admin_sign_in"] = admin_sign_in_link(settings, demo_workspace,
                                                        f"http://{host}:{port}")

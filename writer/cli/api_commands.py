@@ -324,7 +324,8 @@ def import_command(args: argparse.Namespace) -> Any:
     if not raw[:2] == b"\x1f\x8b":
         raw = gzip.compress(raw)
     return api.call("POST", f"{memory_path(args.workspace)}/import", content=raw,
-                    params={"on_conflict": args.on_conflict},
+                    params={"on_conflict": args.on_conflict,
+                            "mode": "restore" if args.restore else "import"},
                     headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
 
 
@@ -335,6 +336,10 @@ def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
     im.add_argument("file", help="cards file: JSON Lines, optionally gzip-compressed")
     im.add_argument("--on-conflict", default="skip", choices=ON_CONFLICT,
                     help="a line whose key is already a card's: skip (default) or update")
+    im.add_argument("--restore", action="store_true",
+                    help="keep each line's origin and source as written (a file `memarc export` "
+                         "wrote from this archive); without it a line claiming a review "
+                         "(origin workflow, a session source) is refused")
 
 
 def export_command(args: argparse.Namespace) -> Any:

@@ -239,19 +239,27 @@ class MemoryController(Controller):
                            on_conflict: FromQuery[Annotated[models.OnConflict, Parameter(
                                description="a line whose key is already a card's: skip it, or "
                                            "update the card where it differs")]] = "skip",
+                           mode: FromQuery[Annotated[models.ImportMode, Parameter(
+                               description="import: lines may be import or manual cards (a "
+                                           "line claiming a review is a 422); restore: keep "
+                                           "each line's origin and source, for an export of "
+                                           "this archive")]] = "import",
                            ) -> ImportResult:
         """Import a JSON Lines body (one card per line, ``key`` + card fields; links by key or
         card id), optionally ``Content-Encoding: gzip``. All or nothing, idempotent by key: a
         line whose key is already a card's key in the workspace is that card, skipped
         (``on_conflict=skip``, the default) or updated in place where it differs (``update``:
         same id, revision + 1); the others create cards that remember their keys. 201 with
-        ``{created, by_family, updated, unchanged, skipped, enqueued}``. Errors: 400 unreadable or
-        another ``on_conflict``, 422 invalid line (named; a key with surrounding whitespace too) or
+        ``{created, by_family, updated, unchanged, skipped, enqueued}``. ``mode=import`` (the
+        default) refuses a line claiming a review's provenance (origin ``workflow``, a source
+        naming a session or decisions); ``mode=restore`` keeps them, for an export of this
+        archive. Errors: 400 unreadable or another ``on_conflict`` or ``mode``, 422 invalid line
+        (named; a key with surrounding whitespace, or a claimed review, too) or
         no card lines (``no cards``), 413 too large (also decompressed: at
         most 4 × the body limit), 415 another content encoding."""
         raw = _decode_body(await request.body(), request.headers.get("content-encoding", ""))
         cards = decode_cards(raw.splitlines())
-        return await transfer.import_cards(principal, workspace_id, cards, on_conflict)
+        return await transfer.import_cards(principal, workspace_id, cards, on_conflict, mode)
 
     @get("/export", responses=PROBLEM_RESPONSES, summary="Export the cards file (JSON Lines)",
          media_type=NDJSON)
