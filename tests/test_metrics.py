@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 import psycopg
@@ -175,6 +176,31 @@ async def test_metrics_answer_without_postgresql(make_env):
         assert not any(name.startswith("memarc_projection_") for name, _ in samples)
         assert value(samples, "memarc_http_requests_total", method="GET", route="/healthz",
                      status="200") == 1
+
+
+async def test_the_archives_of_one_process_log_a_metrics_outage_once(make_env):
+    """``Resources.archive()`` builds an archive per call that holds no state of its own: the
+    archives of one process (the writer's, the explorer's, one per call) share its outage log,
+    so PostgreSQL being down is one warning for the metrics, not one per archive."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("shared.archive.cards")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with make_env(database_url="postgresql://memarc@127.0.0.1:9/memarc") as env:
+            first, second = env.resources.archive(), env.resources.archive()
+            assert first is not second
+            assert await first.queue_figures() is None
+            assert await second.queue_figures() is None
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    said = [r.levelno for r in records
+            if r.getMessage().startswith("metrics without the projection queue")]
+    assert said == [logging.WARNING, logging.DEBUG], said
 
 
 async def test_metrics_say_database_down_while_the_schema_is_outdated(make_env):

@@ -34,8 +34,6 @@ The SQL is in :mod:`shared.store.schema_changes`. A rejected call is recorded by
 """
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -44,6 +42,7 @@ import msgspec
 from msgspec import Meta
 
 from shared.archive.activity import audited
+from shared.archive.polling import poll
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
 from shared.models import MAX_WAIT_SECONDS, Name, card_id_str, parse_card_id
@@ -316,7 +315,8 @@ class SchemaChanges:
         if op_ids:
             await self.queue.enqueue(workspace, op_ids)
         if open_ and wait > 0:
-            row, open_ = await self._wait(workspace, run_id, wait)
+            row, open_ = await poll(lambda: self._settled(workspace, run_id),
+                                    lambda settled: not settled[1], wait)
         return _result(row, open_)
 
     async def _delete_cards(self, conn: Any, principal: Principal, workspace: str,
@@ -349,13 +349,9 @@ class SchemaChanges:
                                      cards_deleted=not errors)
         return row, op_ids
 
-    async def _wait(self, workspace: str, run_id: str,
-                    seconds: float) -> tuple[dict[str, Any], list[uuid.UUID]]:
-        """Wait up to ``seconds`` for the run's point deletions, then settle it."""
-        deadline = time.monotonic() + seconds
-        while True:
-            async with self.db.transaction(workspace) as conn:  # the run's row lock suffices
-                row, open_ = await _settle(conn, await store.run(conn, run_id, for_update=True))
-            if not open_ or time.monotonic() >= deadline:
-                return row, open_
-            await asyncio.sleep(0.1)
+    async def _settled(self, workspace: str,
+                       run_id: str) -> tuple[dict[str, Any], list[uuid.UUID]]:
+        """The run settled (:func:`_settle`) in a transaction of its own, and its open point
+        deletions."""
+        async with self.db.transaction(workspace) as conn:  # the run's row lock suffices
+            return await _settle(conn, await store.run(conn, run_id, for_update=True))

@@ -111,6 +111,20 @@ async def reset_for_retry(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[i
     return [r["id"] for r in await cur.fetchall()]
 
 
+async def requeue(conn: AsyncConnection, workspace_id: str,
+                  card_uuid: uuid.UUID) -> tuple[list[int], bool]:
+    """Re-run a card's projection from its current state (a retry, a session's solved-index):
+    its failed and pending operations go back to ``pending`` (:func:`reset_for_retry`), or, when
+    it has none and still exists, an upsert at its current revision is queued. A card deleted
+    since is never recreated: only its open point deletion is re-queued. Returns the
+    operations' ids and whether the card exists."""
+    op_ids = await reset_for_retry(conn, card_uuid)
+    state = await projection_state(conn, card_uuid)
+    if state is not None and not op_ids:
+        op_ids = [await insert(conn, workspace_id, card_uuid, "upsert", state["revision"])]
+    return op_ids, state is not None
+
+
 async def open_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int]:
     """Ids of a card's operations that are not done, oldest first."""
     cur = await conn.execute(Q.outbox_open_for_card, {"card_id": card_uuid})

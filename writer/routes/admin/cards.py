@@ -21,10 +21,9 @@ from shared.errors import Forbidden, InvalidInput, NotFound, StaleRevision
 from shared.store.listing import ListQuery
 from writer.routes.admin import forms
 from writer.routes.admin.pages import Person, Urls, provide_archive, provide_person, render, see_other
+from writer.routes.params import CardId, WorkspaceId
 
 DEPS = {"person": Provide(provide_person), "archive": Provide(provide_archive)}
-WorkspaceId = Annotated[str, Parameter(max_length=63)]
-CardId = Annotated[str, Parameter(max_length=60)]
 Text = Annotated[str | None, Parameter(max_length=200)]
 #: seconds a save waits for its projection before it says "index update incomplete"
 SAVE_WAIT_SECONDS = 3.0

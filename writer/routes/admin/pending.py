@@ -18,9 +18,9 @@ from litestar.params import FromPath, FromQuery, Parameter
 from shared.archive.cards import Archive
 from shared.errors import NotFound
 from writer.routes.admin.pages import Person, Urls, provide_archive, provide_person, render, see_other
+from writer.routes.params import WorkspaceId
 
 DEPS = {"person": Provide(provide_person), "archive": Provide(provide_archive)}
-WorkspaceId = Annotated[str, Parameter(max_length=63)]
 Text = Annotated[str | None, Parameter(max_length=200)]
 #: most operations one page (and one retry of all) covers
 LIMIT = 500
