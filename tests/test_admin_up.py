@@ -61,5 +61,35 @@ def test_memarc_up_demo_prints_the_administration_and_a_sign_in_link(fresh_db, r
             # a second use of the link signs nobody in
             r = browser.post(f"{admin}/sign-in/link", data={"code": code, "_csrf_token": token})
             assert r.status_code == 401
+        _check_the_ready_block(log, proc, admin, port)
     finally:
         stop_process(proc)
+
+
+def _check_the_ready_block(log, proc, admin: str, port: int) -> None:
+    """Issue 26: once the cards are indexed, ``memarc up --demo`` prints where everything is,
+    the tokens again and a fresh sign-in link, and its copy-paste lines work as printed: the
+    environment line and a ``memarc`` recall in a shell, and the curl recall."""
+    _wait_for("the ready block", lambda: "Try it (another terminal):" in log.read_text(), 60,
+              proc, log)
+    block = log.read_text().split('"demo_ready": true', 1)[1]
+    lines = block.splitlines()
+    fresh = re.search(r"sign in +(http\S+/admin/sign-in/link\?code=\S+)", block).group(1)
+    with httpx.Client(timeout=30) as browser:  # a fresh, unused link
+        page = browser.get(fresh)
+        token = CSRF_RE.search(page.text).group(1)
+        r = browser.post(f"{admin}/sign-in/link", data={"code": fresh.split("code=", 1)[1],
+                                                        "_csrf_token": token})
+        assert r.status_code == 303, r.text
+    export = next(x.strip() for x in lines if x.strip().startswith("export PATH="))
+    assert f"MEMARC_URL=http://127.0.0.1:{port}" in export
+    shell = subprocess.run(["bash", "-c", f'{export}\nmemarc search "negative refunds" '
+                            "--workspace acme"], capture_output=True, text=True, timeout=120,
+                           env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert shell.returncode == 0, shell.stderr
+    assert [x["card"]["title"] for x in json.loads(shell.stdout)["results"]][0] == \
+        "Refunds are negative"
+    start = next(i for i, x in enumerate(lines) if x.strip().startswith("curl -s -X POST"))
+    curl = "\n".join(lines[start:start + 3])
+    answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60)
+    assert answer.returncode == 0 and "results" in json.loads(answer.stdout), answer

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -58,14 +60,55 @@ def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
     return token
 
 
+#: the quick start's first query: a BIRD question worded differently from the stored one
+FIRST_QUESTION = ("count men clients residing in North Bohemia where the average salary is "
+                  "above 8000")
+
+
+def ready_block(info: dict[str, Any], admin_sign_in: str) -> str:
+    """The block ``memarc up --demo`` prints once the demo's cards are indexed (issue 26): where
+    everything is, the tokens again, a fresh one-time administration sign-in link, and lines to
+    copy: the environment of the CLI (``MEMARC_URL``, ``MEMARC_TOKEN`` and the ``memarc``
+    command's folder on ``PATH``), a first recall by the CLI and by curl. ``info``: what
+    ``memarc up`` printed at start (``writer``, ``explorer``, ``admin``, ``workspace``,
+    ``token``, ``manage_token``, ``review_token``, ``explorer_sign_in``)."""
+    bin_dir = Path(sys.executable).parent
+    writer, ws, token = info["writer"], info["workspace"], info["token"]
+    body = json.dumps({"query": FIRST_QUESTION, "mode": "solved", "top": 3})
+    return "\n".join([
+        "",
+        f"Ready: the {ws!r} cards are indexed. Where everything is:",
+        f"  writer (HTTP API)  {writer}    API reference: {writer}/schema",
+        f"  explorer           {info['explorer']}",
+        f"    sign in          {info['explorer_sign_in']}",
+        f"  administration     {info['admin']}",
+        f"    sign in          {admin_sign_in}",
+        f"                     (one-time, 15 minutes; another: memarc sign-in-link --workspace {ws})",
+        f"  MCP                {writer}/mcp  (Authorization: Bearer <token>)",
+        "Tokens of workspace " + repr(ws) + " (printed again at every start, which replaces them):",
+        f"  assistant, memory.read + memory.propose   {token}",
+        f"  administrator, memory.manage              {info['manage_token']}",
+        f"  reviewer, memory.review                   {info['review_token']}",
+        "Try it (another terminal):",
+        f"  export PATH=\"{bin_dir}:$PATH\" MEMARC_URL={writer} MEMARC_TOKEN={token}",
+        f"  memarc solved-search \"{FIRST_QUESTION}\" --workspace {ws}",
+        f"  curl -s -X POST {writer}/api/workspaces/{ws}/memory/search \\",
+        f"    -H \"Authorization: Bearer {token}\" -H 'Content-Type: application/json' \\",
+        f"    -d '{body}'",
+        "",
+    ])
+
+
 async def load_demo_cards(archive: Archive, principal: Principal, workspace: str,
-                          cards_path: Path, out: TextIO) -> None:
+                          cards_path: Path, out: TextIO,
+                          ready: Callable[[], str] | None = None) -> None:
     """Import ``cards_path`` into ``workspace`` (idempotent by key: the cards imported by an
     earlier start are skipped, one deleted since is imported again, other cards are left alone),
     then, when it created cards, print the projection progress to ``out`` once a second until
     every card is projected, ending with a JSON line ``{"demo_ready": true, "cards",
     "by_family", "seconds_to_import_and_project"}``; when it created none, that line at once
-    with ``current`` (projected cards) and a ``note``.
+    with ``current`` (projected cards) and a ``note``. Then ``ready()``'s text, when given (the
+    :func:`ready_block`).
 
     :raises InvalidInput: a line of the cards file is invalid (nothing is imported).
     """
@@ -85,11 +128,13 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
         if status.current >= status.cards:
             break
         await asyncio.sleep(1.0)
-    ready: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status.cards,
+    done: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status.cards,
                              "by_family": status.by_family}
     if result.created:
-        ready["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
+        done["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
     else:
-        ready.update(current=status.current,
+        done.update(current=status.current,
                      note="every bundled card was imported already; nothing imported")
-    print(json.dumps(ready), file=out, flush=True)
+    print(json.dumps(done), file=out, flush=True)
+    if ready is not None:
+        print(ready(), file=out, flush=True)

@@ -28,7 +28,7 @@ from shared.models import LANGUAGES
 from shared.worker import build_worker, stop_worker, supervise_worker
 from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
-from writer.demo import admin_sign_in_link, demo_token, load_demo_cards
+from writer.demo import admin_sign_in_link, demo_token, load_demo_cards, ready_block
 from writer.embedded import EmbeddedServices
 
 EMBEDDED_REFUSAL = (
@@ -245,8 +245,11 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         if demo_workspace and token:
             principal = Principal(workspace=demo_workspace,
                                   permissions=frozenset({"memory.manage"}), actor="memarc-up")
-            await load_demo_cards(resources.archive(), principal, demo_workspace,
-                                  cards_path or bundled_cards(), out)
+            writer_url = f"http://{host}:{port}"
+            await load_demo_cards(
+                resources.archive(), principal, demo_workspace, cards_path or bundled_cards(),
+                out, ready=lambda: ready_block(
+                    info, admin_sign_in_link(settings, demo_workspace, writer_url)))
         await serve
     finally:
         await resources.close()
