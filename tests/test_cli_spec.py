@@ -336,6 +336,7 @@ async def test_admin_runs_a_protected_request_with_its_principal(make_env, tmp_p
     ({"operation": "drop"}, "operation must be one of list, show, create"),
     ({"operation": "show"}, "missing: card_id"),
     ({"operation": "list", "card_id": "mem-x"}, "unknown: card_id"),
+    ({"operation": "list", "url": "http://elsewhere:8000"}, "unknown: url"),
     ({"operation": "show", "card_id": "../x"}, "card_id must be a card id"),
     ({"operation": "list", "principal": {"user": "root"}}, "principal must be"),
     ({"operation": "list", "principal": {"token_file": "nope"}}, "cannot be read"),

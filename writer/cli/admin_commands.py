@@ -85,8 +85,10 @@ ADMIN_OPERATIONS: dict[str, AdminOperation] = {
     "activity": AdminOperation("GET", "/activity", allows=("filters",)),
 }
 
-#: The keys every protected request may carry besides its operation's.
-ADMIN_COMMON_KEYS = ("operation", "principal", "url")
+#: The keys every protected request may carry besides its operation's. No ``url``: the writer is
+#: ``MEMARC_URL``, the back end's own configuration, so a document cannot send a token (its own,
+#: or ``MEMARC_TOKEN``) to another host.
+ADMIN_COMMON_KEYS = ("operation", "principal")
 
 #: The filters of ``activity`` (the activity API's query parameters).
 ACTIVITY_FILTERS = ("verb", "card_id", "outcome", "limit")
@@ -183,10 +185,7 @@ def admin_command(args: argparse.Namespace) -> Any:
     card_id = document.get("card_id")
     if card_id is not None and (not isinstance(card_id, str) or "/" in card_id):
         raise admin_error(args.request, f"card_id must be a card id, not {card_id!r}")
-    url = document.get("url")
-    if url is not None and not isinstance(url, str):
-        raise admin_error(args.request, "url must be a string")
-    api = ApiClient(url, request_token(args.request, document))
+    api = ApiClient(token=request_token(args.request, document))
     route = memory_path(args.workspace) + op.path.format(card_id=card_id)
     return api.call(op.method, route, **admin_call_kwargs(name, document, args.request))
 
@@ -200,7 +199,8 @@ def configure_admin_parser(subparsers: argparse._SubParsersAction) -> None:
                     metavar="REQUEST_JSON",
                     help="the protected request: {operation: "
                          f"{'|'.join(ADMIN_OPERATIONS)}, principal?: {{token|token_file}}, "
-                         "card_id?, data?, filters?, wait?, limit?, url?}")
+                         "card_id?, data?, filters?, wait?, limit?}; the writer is "
+                         "MEMARC_URL")
 
 
 #: The administration commands, in the order of ``memarc --help``.
