@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from shared.auth import PERMISSIONS
 from writer.cli.command import CliError, add_command
@@ -186,7 +187,7 @@ def admin_command(args: argparse.Namespace) -> Any:
     if card_id is not None and (not isinstance(card_id, str) or "/" in card_id):
         raise admin_error(args.request, f"card_id must be a card id, not {card_id!r}")
     api = ApiClient(token=request_token(args.request, document))
-    route = memory_path(args.workspace) + op.path.format(card_id=card_id)
+    route = memory_path(args.workspace) + op.path.format(card_id=quote(card_id or "", safe=""))
     return api.call(op.method, route, **admin_call_kwargs(name, document, args.request))
 
 
