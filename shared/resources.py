@@ -70,7 +70,7 @@ class Resources:
         :raises SchemaOutdated: the database is not migrated. :raises DatabaseUnavailable.
         """
         if not settings.database_url:
-            raise ValueError("MEMARC_DATABASE_URL is not set")
+            raise ValueError("MEMARC_DATABASE_URL (or MEMARC_DATABASE_HOST) is not set")
         db = Database(settings.database_url, settings.db_schema,
                       max_size=settings.db_pool_size, timeout=settings.db_pool_timeout_seconds,
                       lock_timeout=settings.lock_timeout_seconds)

@@ -260,6 +260,8 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "solved-index": ["solved-index", *w, "--session", a["session"]],
         "session": ["session", "decide", *w, a["session"], a["card"], "--rejected"],
         "schema-cleanup": ["schema-cleanup", *w, "--data", files["schema"]],
+        # a protected request without a principal: MEMARC_TOKEN's
+        "admin": ["admin", *w, "-c", files["admin"]],
     }
 
 
@@ -275,7 +277,8 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
                               ("propose", {"proposals": [proposal("Intruder")]}),
                               ("review", {"review_id": "intruder", "decline_all": True}),
                               ("schema", {"run_id": "x", "database": "shop", "schema": "public",
-                                          "removed_tables": ["orders"]})):
+                                          "removed_tables": ["orders"]}),
+                              ("admin", {"operation": "delete", "card_id": a["card"]})):
             files[name] = str(tmp_path / f"{name}.json")
             (tmp_path / f"{name}.json").write_text(json.dumps(content))
         argvs = cli_argv(a, files)

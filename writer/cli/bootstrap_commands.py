@@ -23,7 +23,8 @@ def _settings():
 
     s = load_settings()
     if not s.migrator_database_url:
-        raise CliError({"error": "set MEMARC_MIGRATOR_DATABASE_URL or MEMARC_DATABASE_URL",
+        raise CliError({"error": "set MEMARC_MIGRATOR_DATABASE_URL or MEMARC_DATABASE_URL "
+                                 "(or MEMARC_DATABASE_HOST)",
                         "code": "no_database"})
     return s
 

@@ -222,8 +222,15 @@ class MemoryController(Controller):
           opt={"permission": "memory.read", "activity": None})  # a read: nothing to record
     async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
-        """Hybrid (dense + BM25, reciprocal rank fusion k = 60) search, verified against
-        PostgreSQL. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
+        """Hybrid search, verified against PostgreSQL: one ranking per named vector (dense and
+        BM25 branches, every filter inside each) of the request's ``mode``, fused with that
+        mode's profile (``shared/recall/profiles.py``) — solved: distribution-based score fusion
+        (DBSF) of bm25 ×0.75, dense ×1, key ×1; search: distribution-based score fusion (DBSF)
+        of bm25 ×4, dense ×4, key ×1, key_bm25 ×4; rules: distribution-based score fusion
+        (DBSF) of key ×0.5, key_bm25 ×0.5, own ×2, own_bm25 ×1. A result's ``score`` is
+        ``1/(60 + r)`` for a verified seed at fused rank r, plus the strongest contribution
+        reaching the card along links (the linking seed's score × 0.5 per hop): it orders this
+        query's results and is not a similarity. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
         exclude?, session?}``; ``session``: the caller's workflow session, whose decided cards
         (``POST .../sessions/{id}/decisions``) are left out and never bridge. Errors: 400/422
         bad input, 403 (permission or binding), 503 ``index_unavailable`` / ``index_incompatible`` / ``embedder_unavailable`` /
