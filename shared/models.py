@@ -319,11 +319,15 @@ class ExpansionSummary(msgspec.Struct):
 
 class RecallResponse(msgspec.Struct):
     """Recall response; ``excluded`` counts index hits dropped by verification, ``expansion``
-    says how link expansion went (and whether a budget cut it short)."""
+    says how link expansion went (and whether a budget cut it short). ``not_indexed``: how many
+    of the workspace's cards were saved but are not indexed yet (their projection is pending,
+    running or failed), which no recall can return until the worker indexes them: 0 when the
+    index is up to date; a caller should say that the answer may be incomplete otherwise."""
 
     results: list[RecallResult]
     excluded: int
     expansion: ExpansionSummary
+    not_indexed: int = 0
 
 
 def reject_nul(text: str | None, field: str) -> None:

@@ -168,6 +168,12 @@ async def open_deletions(conn: AsyncConnection) -> set[uuid.UUID]:
     return {r["card_id"] for r in await cur.fetchall()}
 
 
+async def unindexed_count(conn: AsyncConnection) -> int:
+    """How many cards of the transaction's workspace wait for their index update (an open
+    upsert: pending, running or failed): a recall cannot return them yet."""
+    return (await (await conn.execute(Q.outbox_unindexed_count)).fetchone())["n"]
+
+
 async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKETS) -> QueueFigures:
     """The projection queue of every workspace, for the metrics at scrape time: operations per
     status, the age of the oldest pending or running one, and the lag (queued to completed, in

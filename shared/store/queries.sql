@@ -396,6 +396,12 @@ SELECT c.revision, p.revision AS projected_revision, p.format AS projected_forma
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = %(card_id)s;
 
+-- name: outbox_unindexed_count
+-- How many of the workspace's cards wait for their index update (an open upsert: pending,
+-- running or failed), read by every recall to say that its answer cannot include them yet; the
+-- partial index on open operations keeps it cheap when the queue is empty.
+SELECT count(DISTINCT card_id) AS n FROM projection_ops WHERE status <> 'done' AND op = 'upsert';
+
 -- name: outbox_projection_counts
 -- How many cards the workspace has, and how many have a current projection.
 SELECT count(*) AS cards,

@@ -499,7 +499,21 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
         body["exclude"] = args.exclude
     if args.session is not None:  # an empty one is sent, and refused: never recall outside it
         body["session"] = args.session
-    return ApiClient().call("POST", memory_path(args.workspace) + "/search", json=body)
+    answer = ApiClient().call("POST", memory_path(args.workspace) + "/search", json=body)
+    warn_not_indexed(answer, args.workspace)
+    return answer
+
+
+def warn_not_indexed(answer: Any, workspace: str) -> None:
+    """A JSON warning on stderr when a recall's answer says some of the workspace's cards are not
+    indexed yet (``not_indexed`` > 0): the answer cannot include them (stdout keeps the answer
+    alone, so a script reading it is unaffected)."""
+    waiting = answer.get("not_indexed", 0) if isinstance(answer, dict) else 0
+    if waiting:
+        print(json.dumps({"warning": f"{waiting} cards of workspace {workspace!r} are not "
+                                     "indexed yet (their index update is pending or failed), so "
+                                     "this answer cannot include them: `memarc pending` lists "
+                                     "them", "not_indexed": waiting}), file=sys.stderr)
 
 
 #: The recall API's filter names (``filters`` of ``POST …/search``), the keys ``--filters`` takes.
