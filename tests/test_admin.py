@@ -393,3 +393,129 @@ async def test_a_token_without_memory_manage_is_told_what_it_holds(make_env):
         text = re.sub(r"\s+", " ", page.text)
         assert "Your token holds <code>memory.review</code>: it cannot edit cards." in text
         assert "allows recall only" not in text and "New card" not in text
+
+
+SCHEMA_CHANGES = f"{ADMIN}/schema-changes"
+HOSTILE = '<script>alert(1)</script>" onmouseover="alert(2)'
+
+
+async def recorded_run(env, run_id: str = "sync-1", table: str = "orders") -> tuple[dict, dict]:
+    """Workspace acme with a card depending on ``shop.public.<table>`` and a run recorded (phase
+    ``recorded``: nothing deleted yet) that removes that table. Returns (manage headers, schema
+    headers)."""
+    env.workspace("acme")
+    manager, schema = env.token("acme"), env.token("acme", "memory.schema")
+    r = await env.client.post(API, headers=manager, json={
+        "family": "sql_rule", "title": f"Rule on {table}", "content": {"rule": "R."},
+        "dependencies": [{"database": "shop", "schema": "public", "table": table}]})
+    assert r.status_code == 201, r.text
+    r = await env.client.post("/api/workspaces/acme/schema-changes/record", headers=schema, json={
+        "run_id": run_id, "database": "shop", "schema": "public", "removed_tables": [table]})
+    assert r.status_code == 201, r.text
+    return manager, schema
+
+
+def run_state(env, run_id: str = "sync-1") -> tuple[str, bool, int]:
+    """(status, whether its cards are deleted, cards left in acme) of a run."""
+    status, deleted = psycopg_row(env, "SELECT status, cards_deleted_at IS NOT NULL FROM "
+                                       "memory.schema_change_runs WHERE run_id = %s", run_id)
+    return status, deleted, env.scalar("SELECT count(*) FROM memory.cards")
+
+
+def psycopg_row(env, query: str, *params: Any) -> tuple:
+    import psycopg
+
+    with psycopg.connect(env.migrator_url) as conn:
+        return conn.execute(query, params).fetchone()
+
+
+async def test_schema_change_runs_are_listed_and_an_unfinished_one_is_retried(make_env):
+    async with make_env() as env:
+        _, schema = await recorded_run(env)
+        await sign_in(env, schema)
+        cards = await env.client.get(f"{ADMIN}/cards")
+        assert f'href="{SCHEMA_CHANGES}">Schema-change cleanups</a>' in cards.text
+        page = await env.client.get(SCHEMA_CHANGES)
+        assert page.status_code == 200
+        text = re.sub(r"\s+", " ", page.text)
+        assert "1 run" in text and "<code>shop.public</code>" in text
+        assert "recorded, cards not deleted yet" in text and "<code>orders</code>" in text
+        assert 'value="Retry"' in text and "<strong>Schema-change cleanups</strong>" in text
+        run_page = await env.client.get(f"{SCHEMA_CHANGES}/run", params={"run_id": "sync-1"})
+        assert "A Retry deletes the cards that depend on the removed objects" in run_page.text
+        token = CSRF_RE.search(run_page.text).group(1)
+        # no worker: the cards go, their index points wait (the retry waits for the worker)
+        r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": "sync-1",
+                                                                  "_csrf_token": token})
+        assert r.status_code == 303 and "retried=1" in r.headers["location"]
+        assert run_state(env) == ("cleanup_pending", True, 0)
+        page = re.sub(r"\s+", " ", (await env.client.get(r.headers["location"])).text)
+        assert "the worker has not removed 1 index point yet" in page
+        assert "cards deleted, index cleanup open" in page and "index point not removed yet" in page
+        async with env.running_worker():
+            r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": "sync-1",
+                                                                      "_csrf_token": token})
+        page = re.sub(r"\s+", " ", (await env.client.get(r.headers["location"])).text)
+        assert "Retried: the run is complete. 1 card deleted, their index points removed." in page
+        assert 'value="Retry"' not in page and run_state(env) == ("done", True, 0)
+        token_id = env.scalar("SELECT token_id FROM memory.admin_sessions WHERE ended_at IS NULL")
+        actors = env.scalar("SELECT array_agg(DISTINCT actor) FROM memory.activity "
+                            "WHERE verb IN ('schema_change', 'delete') AND outcome <> 'recorded'")
+        assert actors == [f"token:{token_id}"]
+        listing = re.sub(r"\s+", " ", (await env.client.get(SCHEMA_CHANGES)).text)
+        assert "1 card" in listing and ">done</span>" in listing and 'value="Retry"' not in listing
+
+
+async def test_schema_change_pages_need_memory_schema_and_the_csrf_token(make_env):
+    async with make_env() as env:
+        manager, schema = await recorded_run(env)
+        await sign_in(env, manager)  # memory.manage alone: not the API's memory.schema
+        cards = await env.client.get(f"{ADMIN}/cards")
+        assert "Schema-change cleanups" not in cards.text
+        for path in (SCHEMA_CHANGES, f"{SCHEMA_CHANGES}/run?run_id=sync-1"):
+            r = await env.client.get(path)
+            assert r.status_code == 403 and "lacks the memory.schema permission" in r.text
+        token = env.client.cookies.get("memarc_csrf")
+        before = counts(env)
+        r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": "sync-1",
+                                                                  "_csrf_token": token})
+        assert r.status_code == 403 and "lacks the memory.schema permission" in r.text
+        assert set(row_changes(before, counts(env))) <= {"activity"}  # the refusal is recorded
+        assert run_state(env) == ("cleanup_pending", False, 1)
+        # with memory.schema, but without the form's CSRF token: 403, nothing written
+        env.client.cookies.clear()
+        await sign_in(env, schema)
+        before = counts(env)
+        for data in ({"run_id": "sync-1"}, {"run_id": "sync-1", "_csrf_token": "x" * 128}):
+            r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data=data)
+            assert r.status_code == 403 and "Nothing was changed" in r.text
+        assert row_changes(before, counts(env)) == {}
+        assert run_state(env) == ("cleanup_pending", False, 1)
+        r = await env.client.get(f"{SCHEMA_CHANGES}/run", params={"run_id": "no-such-run"})
+        assert r.status_code == 404 and "no schema-change run" in r.text
+
+
+async def test_schema_change_pages_escape_hostile_text(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        schema = env.token("acme", "memory.schema")
+        r = await env.client.post("/api/workspaces/acme/schema-changes/record", headers=schema,
+                                  json={"run_id": HOSTILE, "database": HOSTILE, "schema": "public",
+                                        "removed_tables": [HOSTILE],
+                                        "removed_columns": [{"table": HOSTILE, "column": HOSTILE}]})
+        assert r.status_code == 201, r.text
+        await sign_in(env, schema)
+        for path, params in ((SCHEMA_CHANGES, {}), (f"{SCHEMA_CHANGES}/run", {"run_id": HOSTILE})):
+            page = await env.client.get(path, params=params)
+            assert page.status_code == 200, path
+            assert "<script>alert" not in page.text and '" onmouseover=' not in page.text, path
+            assert "&lt;script&gt;alert(1)&lt;/script&gt;&#34; onmouseover=&#34;alert(2)" in page.text
+        # the retry form carries the run id escaped, and it round-trips to the same run
+        token = CSRF_RE.search(page.text).group(1)
+        value = re.search(r'name="run_id" value="([^"]*)"', page.text).group(1)
+        import html
+        r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": html.unescape(value),
+                                                                  "_csrf_token": token})
+        assert r.status_code == 303
+        assert env.scalar("SELECT status FROM memory.schema_change_runs") == "done"
+

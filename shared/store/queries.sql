@@ -739,6 +739,15 @@ SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
 -- A schema-change run by id, locked until the transaction ends.
 SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
 
+-- name: schema_changes_runs_list
+-- The workspace's runs, newest first (`database`/`schema`: NULL for any, a token's binding), with
+-- the number of runs that match in all.
+SELECT *, count(*) OVER () AS total FROM schema_change_runs
+WHERE (%(database)s::text IS NULL OR database_name = %(database)s)
+  AND (%(schema)s::text IS NULL OR schema_name = %(schema)s)
+ORDER BY recorded_at DESC, run_id
+LIMIT %(limit)s OFFSET %(offset)s;
+
 -- name: schema_changes_runs_open_for_target
 -- The run of a database/schema whose cleanup is still pending (at most one).
 SELECT run_id FROM schema_change_runs
