@@ -519,3 +519,59 @@ async def test_schema_change_pages_escape_hostile_text(make_env):
         assert r.status_code == 303
         assert env.scalar("SELECT status FROM memory.schema_change_runs") == "done"
 
+
+async def test_the_worker_purges_ended_sessions_and_used_links(make_env):
+    """The sweep deletes, in every workspace, sessions that ended (signed out, expired, token
+    revoked) and links used or expired more than the grace ago; the rest stays and still works."""
+    import psycopg
+
+    from shared.archive.browser_sessions import BrowserSessions
+    from shared.auth import token_digest
+    from shared.worker import PURGE_GRACE_HOURS, purge_admin_sessions
+
+    async with make_env() as env:
+        env.workspace("acme")
+        env.workspace("beta")
+        browser = BrowserSessions(env.resources.db)
+        opened = {name: await browser.sign_in(bearer(env.token(ws)))
+                  for name, ws in (("active", "acme"), ("out-recently", "acme"),
+                                   ("out-long-ago", "acme"), ("expired", "acme"),
+                                   ("revoked", "acme"), ("beta-out", "beta"))}
+        links = {name: create_sign_in_link(env.migrator_url, "memory", "acme", ["memory.manage"])
+                 for name in ("fresh", "used-recently", "used-long-ago", "expired")}
+        old = f"now() - interval '{PURGE_GRACE_HOURS + 1} hours'"
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            def session(name: str, assignment: str) -> None:
+                conn.execute(f"UPDATE memory.admin_sessions SET {assignment} "
+                             "WHERE secret_hash = %s", (token_digest(opened[name].secret),))
+
+            def link(name: str, assignment: str) -> None:
+                conn.execute(f"UPDATE memory.admin_sign_in_links SET {assignment} "
+                             "WHERE code_hash = %s", (token_digest(links[name]["code"]),))
+
+            session("out-recently", "ended_at = now() - interval '1 hour'")
+            session("out-long-ago", f"ended_at = {old}")
+            session("expired", f"expires_at = {old}")
+            session("beta-out", f"ended_at = {old}")
+            conn.execute(f"UPDATE memory.api_tokens SET revoked_at = {old} WHERE id = %s",
+                         (opened["revoked"].principal.actor.removeprefix("token:"),))
+            link("used-recently", "used_at = now() - interval '1 hour'")
+            link("used-long-ago", f"used_at = {old}")
+            link("expired", f"expires_at = {old}")
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions") == 6
+        await env.drain()  # the worker's start-up sweep purges
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions") == 2
+        assert env.scalar("SELECT count(*) FROM memory.admin_sign_in_links") == 2
+        for name in ("active", "out-recently"):
+            assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE secret_hash = %s",
+                              token_digest(opened[name].secret)) == 1, name
+        for name in ("fresh", "used-recently"):
+            assert env.scalar("SELECT count(*) FROM memory.admin_sign_in_links "
+                              "WHERE code_hash = %s", token_digest(links[name]["code"])) == 1
+        assert (await browser.principal(opened["active"].secret)).workspace == "acme"
+        r = await env.client.get(f"/admin/sign-in/link?code={links['fresh']['code']}")
+        assert r.status_code == 200 and CSRF_RE.search(r.text)
+        # the purge is due once an hour per worker: a second sweep at once does not run it
+        ctx = {"resources": env.resources, "session_purge": {}}
+        assert await purge_admin_sessions(ctx) == (0, 0)
+        assert await purge_admin_sessions(ctx) is None

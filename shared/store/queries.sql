@@ -817,6 +817,11 @@ WHERE secret_hash = %(digest)s AND ended_at IS NULL;
 SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
 FROM admin_redeem_sign_in_link(%(digest)s);
 
+-- name: admin_sessions_purge_ended
+-- Delete, in every workspace, sessions ended and links used or expired more than `grace` seconds
+-- ago, through their definer function (migration 021); the counts deleted.
+SELECT sessions, links FROM admin_purge_ended(make_interval(secs => %(grace)s));
+
 -- name: admin_sessions_insert_link
 -- Bootstrap (migrator): a one-time sign-in link for a token of the workspace.
 INSERT INTO admin_sign_in_links (code_hash, workspace_id, token_id, expires_at)
