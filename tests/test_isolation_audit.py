@@ -490,6 +490,7 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "SchemaChanges.record_run": (SchemaChangeRequest(run_id="x", database="shop",
                                                          schema="public"),),
         "SchemaChanges.cleanup": ("run-wa",),
+        "SchemaChanges.runs": (), "SchemaChanges.get_run": ("run-wa",),
     }
 
 
