@@ -575,3 +575,44 @@ async def test_the_worker_purges_ended_sessions_and_used_links(make_env):
         ctx = {"resources": env.resources, "session_purge": {}}
         assert await purge_admin_sessions(ctx) == (0, 0)
         assert await purge_admin_sessions(ctx) is None
+
+
+async def test_a_reviewer_sees_pending_updates_but_no_card_edit_control(make_env):
+    """``memory.review`` alone: the cards page says it cannot edit, the pending page lists the
+    incomplete updates without a Retry, card pages and every card or retry POST are 403."""
+    async with make_env() as env:
+        env.workspace("acme")
+        card_id = await new_rule(env, env.token("acme"), "Waits for the index")
+        reviewer = env.token("acme", "memory.review")
+        r = await env.client.get(f"{API}/pending", headers=reviewer)  # the API agrees
+        assert r.status_code == 200 and r.json()["total"] == 1
+        await sign_in(env, reviewer)
+        cards = re.sub(r"\s+", " ", (await env.client.get(f"{ADMIN}/cards")).text)
+        assert "Your token holds <code>memory.review</code>: it cannot edit cards." in cards
+        assert "New card" not in cards and "Create a card" not in cards
+        pending = await env.client.get(f"{ADMIN}/pending")
+        text = re.sub(r"\s+", " ", pending.text)
+        assert pending.status_code == 200 and "1 incomplete operation" in text
+        assert "Waits for the index" in text and "you can see these updates but not retry" in text
+        assert re.findall(r'<form[^>]*action="([^"]+)"', pending.text) == ["/admin/sign-out"]
+        assert f'href="{ADMIN}/cards/{card_id}"' not in pending.text  # no way into the edit form
+        for path in (f"{ADMIN}/cards/new", f"{ADMIN}/cards/{card_id}",
+                     f"{ADMIN}/cards/{card_id}/delete", f"{ADMIN}/cards/{card_id}/activity"):
+            r = await env.client.get(path)
+            assert r.status_code == 403, path
+            assert "your token holds memory.review: seeing and editing cards here needs " \
+                   "memory.manage" in r.text, path
+        token = env.client.cookies.get("memarc_csrf")
+        before = counts(env)
+        for path, data in ((f"{ADMIN}/cards/new", card_form("Sneaky")),
+                           (f"{ADMIN}/cards/{card_id}/delete", {"confirm": "delete"}),
+                           (f"{ADMIN}/cards/{card_id}/retry", {}),
+                           (f"{ADMIN}/pending/retry", {"card_id": card_id}),
+                           (f"{ADMIN}/pending/retry-all", {})):
+            r = await env.client.post(path, data={**data, "_csrf_token": token})
+            assert r.status_code == 403, (path, r.status_code)
+        assert set(row_changes(before, counts(env))) <= {"activity"}
+        assert env.scalar("SELECT title FROM memory.cards") == "Waits for the index"
+        await env.drain()  # nothing left to retry: a retry of all is refused all the same
+        r = await env.client.post(f"{ADMIN}/pending/retry-all", data={"_csrf_token": token})
+        assert r.status_code == 403
