@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shared.archive.explorer_sign_in import SIGN_IN_PATH, issue, signing_secret
 from shared.auth import Principal
 from shared.cards_file import bundled_cards
 from shared.config import Settings, load_settings
@@ -48,27 +49,17 @@ class UsageError(Exception):
 
 
 def explorer_secret(settings: Settings) -> str:
-    """The explorer's signing secret (64 hex digits), kept in ``data_dir/explorer_secret`` (mode
-    0600, created on first use) so that a sign-in cookie survives a restart of ``memarc up``
-    (Datasette otherwise draws a new one at each start).
+    """The explorer's signing secret: ``DATASETTE_SECRET`` when set, else the one kept in
+    ``data_dir/explorer_secret`` (mode 0600, created on first use), so that a sign-in cookie
+    survives a restart of ``memarc up`` (Datasette otherwise draws a new one at each start) and
+    ``memarc explorer-sign-in-link`` can sign a new link for the running explorer
+    (:mod:`shared.archive.explorer_sign_in`).
 
     :raises OSError: the file cannot be read or written.
     """
-    import secrets
-
-    path = Path(settings.data_dir) / "explorer_secret"
-    try:
-        value = path.read_text(encoding="utf-8").strip()
-        if value:
-            return value
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(value)
-    return value
+    secret = signing_secret(settings.data_dir, create=True)
+    assert secret is not None  # created when missing
+    return secret
 
 
 def explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any],
@@ -234,8 +225,12 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             info["review_token"] = token["review_token"]["token"]
             info["admin_sign_in"] = admin_sign_in_link(settings, demo_workspace,
                                                        f"http://{host}:{port}")
-        ds = explorer_app(settings, resources, {}, secret=explorer_secret(settings))
-        info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
+        secret = explorer_secret(settings)
+        ds = explorer_app(settings, resources, {}, secret=secret)
+        explorer_base = f"http://{host}:{explorer_port}"
+        info["explorer_sign_in"] = f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}"
+        info["new_sign_in_links"] = new_link_commands(explorer_base, f"http://{host}:{port}",
+                                                      demo_workspace)
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)
         worker = build_worker(resources)
@@ -249,6 +244,18 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         await serve
     finally:
         await resources.close()
+
+
+def new_link_commands(explorer_base: str, writer_base: str,
+                      workspace: str | None) -> dict[str, str]:
+    """The commands that print new one-time sign-in links while ``memarc up`` runs (no restart,
+    no token revoked): ``{explorer, admin}`` (``admin`` names the demo workspace, else a
+    placeholder), with the path of this ``memarc``."""
+    memarc = Path(sys.executable).parent / "memarc"
+    exe = str(memarc) if memarc.exists() else "memarc"
+    return {"explorer": f"{exe} explorer-sign-in-link --url {explorer_base}",
+            "admin": f"{exe} sign-in-link --workspace {workspace or 'WORKSPACE'} "
+                     f"--url {writer_base}"}
 
 
 def refuse_embedded(what: str, settings: Settings) -> None:
