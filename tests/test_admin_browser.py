@@ -383,3 +383,44 @@ async def test_a_person_retries_an_unfinished_schema_change_cleanup(make_env, ch
             await stop_server(server, task)
         for name in ("schema-changes", "schema-changes-run", "schema-changes-retried"):
             assert (OUT / f"admin-{size}-{name}.png").stat().st_size > 10_000, name
+
+
+async def test_a_reviewer_sees_pending_updates_without_retry_in_chromium(make_env, chromium):
+    """A ``memory.review`` person: the pending page lists the updates that wait (no Retry, and
+    it says why), the cards page says it cannot edit, no form but sign-out."""
+    from playwright.async_api import async_playwright
+
+    size = "1280x800"
+    OUT.mkdir(exist_ok=True)
+    async with make_env() as env:
+        env.workspace("acme")
+        manager, reviewer = env.token("acme"), env.token("acme", "memory.review")
+        r = await env.client.post(API, headers=manager, json={
+            "family": "sql_rule", "title": "Refunds: subtract them by refund date",
+            "content": {"rule": "Subtract refunds from revenue."}})
+        assert r.status_code == 201  # no worker: its index update waits
+        server, task, base = await start_server(env.app)
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=chromium, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                page = await (await browser.new_context(
+                    viewport={"width": 1280, "height": 800})).new_page()
+                await page.goto(f"{base}/admin/sign-in")
+                await page.fill("#token", reviewer["Authorization"].removeprefix("Bearer "))
+                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                assert "Your token holds memory.review: it cannot edit cards." in await text(page)
+                assert await page.locator("text=New card").count() == 0
+                await look(page, "reviewer-cards", size)
+                await navigate(page, page.click(".memarc-nav >> text=Pending index updates"))
+                assert await text(page, "h3") == "1 incomplete operation"
+                row = await text(page, "#pending tbody tr")
+                assert row.startswith("Refunds: subtract them by refund date index the current "
+                                      "version pending"), row
+                assert "you can see these updates but not retry them" in await text(page)
+                assert await page.locator("input[type=submit]").count() == 0
+                assert await page.locator("form").count() == 1  # sign-out only
+                await look(page, "reviewer-pending", size)
+                await browser.close()
+        finally:
+            await stop_server(server, task)
