@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import signal
 import socket
@@ -31,6 +32,8 @@ from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
 from writer.demo import admin_sign_in_link, demo_token, load_demo_cards
 from writer.embedded import EmbeddedServices
+
+log = logging.getLogger("memarc.serving")
 
 EMBEDDED_REFUSAL = (
     "memarc {what} runs as a separate process and needs a shared Qdrant server "
@@ -337,7 +340,9 @@ def run_worker() -> None:
 def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
     """``memarc explorer``: the Datasette explorer alone. Browsing needs PostgreSQL only; its
     recall page needs a Qdrant server (MEMARC_QDRANT_URL) and otherwise says the index is not
-    available in this process.
+    available in this process. Its signing secret is :func:`explorer_secret`'s, so
+    ``memarc explorer-sign-in-link`` prints new sign-in links for it on the same machine (or
+    container); a data dir it cannot write leaves Datasette's one-time root link only.
 
     :raises json.JSONDecodeError: ``workspaces_json`` is not JSON.
     """
@@ -348,9 +353,18 @@ def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
         resources = None
         if not settings.embedded_qdrant:
             resources = await Resources.open(settings, with_index=True)
-        ds = explorer_app(settings, resources, mapping)
-        print(json.dumps({"explorer": f"http://{host}:{port}/-/memory",
-                          "sign_in": f"http://{host}:{port}/-/auth-token?token={ds._root_token}"}),
+        try:  # as memarc up's: a new link with `memarc explorer-sign-in-link`, no restart
+            secret: str | None = explorer_secret(settings)
+        except OSError as exc:  # a read-only data dir: Datasette's own one-time root link only
+            log.warning("no explorer secret in %s (%s): sign-in links need DATASETTE_SECRET",
+                        settings.data_dir, exc)
+            secret = None
+        ds = explorer_app(settings, resources, mapping, secret=secret)
+        base = f"http://{host}:{port}"
+        sign_in = (f"{base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}" if secret
+                   else f"{base}/-/auth-token?token={ds._root_token}")
+        print(json.dumps({"explorer": f"{base}/-/memory", "sign_in": sign_in,
+                          "new_sign_in_link": f"memarc explorer-sign-in-link --url {base}"}),
               flush=True)
         try:
             await _serve([(ds.app(), host, port)], None)
