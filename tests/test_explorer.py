@@ -783,3 +783,54 @@ async def test_no_csv_cell_can_run_as_a_spreadsheet_formula(make_env, explorer):
             text = (await get(ds, path)).text
             assert "\r\n=" not in text and ",=" not in text and ',"=' not in text, path
             assert "'=HYPERLINK" in text or "activity" in path, path
+
+
+async def test_a_sign_in_link_can_be_issued_again_and_works_once(make_env, explorer):
+    """Issue 26: a link signed with the explorer's secret (what ``memarc
+    explorer-sign-in-link`` prints) signs in once without a restart; a used, expired or forged
+    one, Datasette's used root link and the signed-out page say which command prints a new one."""
+    import time
+
+    from itsdangerous import URLSafeSerializer
+
+    from shared.archive.explorer_sign_in import NAMESPACE, SIGN_IN_PATH, issue
+
+    async with make_env() as env:
+        await _acme_and_other(env, explorer)  # registers the plugin, two workspaces
+        secret = "s" * 64
+        ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {"workspaces": {}}}},
+                       secret=secret)
+        ds.memarc_resources = env.resources
+        command = "memarc explorer-sign-in-link --url http://localhost"
+        signed_out = await ds.client.get("/-/memory")
+        assert "No workspace is visible to you" in signed_out.text
+        assert f'<pre class="memarc-command">{command}</pre>' in signed_out.text
+        for _ in range(2):  # a new link each time, for the same running explorer
+            ticket = issue(secret)["ticket"]
+            r = await ds.client.get(SIGN_IN_PATH, params={"ticket": ticket})
+            assert r.status_code == 302 and r.headers["location"] == "/-/memory"
+            cookie = r.cookies.get("ds_actor")
+            assert ds.unsign(cookie, "actor") == {"a": {"id": "root"}}
+            page = await ds.client.get("/-/memory.json", cookies={"ds_actor": cookie})
+            assert [w["id"] for w in page.json()["workspaces"]] == ["acme", "other"]
+        again = await ds.client.get(SIGN_IN_PATH, params={"ticket": ticket})
+        assert again.status_code == 401 and "ds_actor" not in again.cookies
+        assert "this sign-in link has already been used" in again.text and command in again.text
+        expired = URLSafeSerializer(secret, NAMESPACE).dumps(
+            {"a": "root", "n": "x", "e": int(time.time()) - 1})
+        forged = issue("f" * 64)["ticket"]
+        for bad, reason in ((expired, "has expired"), (forged, "is not valid for this explorer"),
+                            ("", "is not valid for this explorer")):
+            r = await ds.client.get(SIGN_IN_PATH, params={"ticket": bad})
+            assert r.status_code == 401 and reason in r.text and command in r.text, reason
+            assert "ds_actor" not in r.cookies
+        mapped = issue(secret, actor="alice")["ticket"]  # an actor the settings map, or not
+        r = await ds.client.get(SIGN_IN_PATH, params={"ticket": mapped})
+        page = await ds.client.get("/-/memory.json", cookies={"ds_actor": r.cookies["ds_actor"]})
+        assert page.json() == {"workspaces": []}
+        # Datasette's own root link, once used, points to the same command
+        root = f"/-/auth-token?token={ds._root_token}"
+        assert (await ds.client.get(root)).status_code == 302
+        used = await ds.client.get(root)
+        assert used.status_code == 403 and "Root token has already been used" in used.text
+        assert command in used.text

@@ -233,7 +233,8 @@ async def test_every_route_refuses_other_workspaces_and_missing_permissions(make
 
 #: Commands that do not act on a workspace through a token.
 BOOTSTRAP = {"migrate", "workspace", "token",  # migrator credentials (operators only)
-             "sign-in-link"}
+             "sign-in-link",
+             "explorer-sign-in-link"}  # the explorer's signing secret on the operator's machine
 # long-running servers (mcp: its tools per permission and workspace are in tests/test_mcp.py)
 PROCESSES = {"up", "writer", "worker", "explorer", "mcp"}
 LOCAL = {"convert-bird"}  # reads local dataset files only
@@ -493,6 +494,7 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "SchemaChanges.record_run": (SchemaChangeRequest(run_id="x", database="shop",
                                                          schema="public"),),
         "SchemaChanges.cleanup": ("run-wa",),
+        "SchemaChanges.runs": (), "SchemaChanges.get_run": ("run-wa",),
     }
 
 

@@ -223,8 +223,10 @@ class Archive:
 
     async def pending(self, principal: Principal, workspace: str, limit: int = 100,
                       offset: int = 0) -> PendingPage:
-        """Incomplete projection operations, upserts and deletions, oldest first."""
-        principal.require(workspace, "memory.manage")
+        """Incomplete projection operations, upserts and deletions, oldest first (for
+        ``memory.manage``, and for ``memory.review``: a reviewer sees whether the cards a review
+        applied are indexed yet; retrying needs ``memory.manage``)."""
+        principal.require(workspace, "memory.manage", "memory.review")
         if not 1 <= limit <= 1000 or offset < 0:
             raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
         async with self.db.transaction(workspace, read_only=True) as conn:

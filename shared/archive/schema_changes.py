@@ -121,6 +121,14 @@ class SchemaChangeOutcome(msgspec.Struct):
     replayed: bool
 
 
+class SchemaChangeRunPage(msgspec.Struct):
+    """What :meth:`SchemaChanges.runs` returns: one page of the workspace's runs, newest first,
+    and how many runs there are in all (of the token's database/schema when it is bound)."""
+
+    runs: list[SchemaChangeResult]
+    total: int
+
+
 def _normalise(req: SchemaChangeRequest) -> SchemaChangeRequest:
     """Trimmed names, duplicates removed, sorted (so the same change always has one digest).
 
@@ -185,6 +193,15 @@ def _check_binding(principal: Principal, database: str, schema: str) -> None:
         raise Forbidden(f"this token is bound to schema {principal.schema!r}")
 
 
+def _within_binding(principal: Principal, row: dict[str, Any]) -> bool:
+    """Whether a run's database/schema is within the token's binding (DESIGN §8)."""
+    try:
+        _check_binding(principal, row["database_name"], row["schema_name"])
+    except Forbidden:
+        return False
+    return True
+
+
 class SchemaChanges:
     """Physical schema-change cleanup over one database and projection queue."""
 
@@ -195,6 +212,41 @@ class SchemaChanges:
     def _check(self, principal: Principal, workspace: str, req: SchemaChangeRequest) -> None:
         principal.require(workspace, "memory.schema")
         _check_binding(principal, req.database.strip(), req.schema.strip())
+
+    async def runs(self, principal: Principal, workspace: str, limit: int = 100,
+                   offset: int = 0) -> SchemaChangeRunPage:
+        """The workspace's runs, newest first, each with its phase and deletion receipt (a
+        pending run whose point deletions completed meanwhile is marked done, as when it is
+        repeated). A token bound to a database (and schema) sees that one's runs only.
+
+        :raises InvalidInput: ``limit`` outside 1..1000 or ``offset`` < 0.
+        :raises Forbidden: no ``memory.schema``. :raises NotFound: another workspace.
+        """
+        principal.require(workspace, "memory.schema")
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
+        async with self.db.transaction(workspace) as conn:
+            await workspaces.get(conn, workspace)
+            rows, total = await store.list_runs(conn, database=principal.database,
+                                                schema=principal.schema, limit=limit,
+                                                offset=offset)
+            results = [_result(*await _settle(conn, row)) for row in rows]
+        return SchemaChangeRunPage(runs=results, total=total)
+
+    async def get_run(self, principal: Principal, workspace: str,
+                      run_id: str) -> SchemaChangeResult:
+        """One run with its phase, deletion receipt and the cards whose point deletion is
+        still open (settled as :meth:`runs` does).
+
+        :raises NotFound: no such run, or it is outside the token's database/schema binding
+            (indistinguishable). :raises Forbidden: no ``memory.schema``.
+        """
+        principal.require(workspace, "memory.schema")
+        async with self.db.transaction(workspace) as conn:
+            row = await store.run(conn, run_id.strip(), for_update=True)
+            if row is None or not _within_binding(principal, row):
+                raise NotFound(f"no schema-change run {run_id!r}")
+            return _result(*await _settle(conn, row))
 
     @audited("schema_change")
     async def apply(self, principal: Principal, workspace: str, req: SchemaChangeRequest,

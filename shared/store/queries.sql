@@ -736,6 +736,15 @@ SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
 -- A schema-change run by id, locked until the transaction ends.
 SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
 
+-- name: schema_changes_runs_list
+-- The workspace's runs, newest first (`database`/`schema`: NULL for any, a token's binding), with
+-- the number of runs that match in all.
+SELECT *, count(*) OVER () AS total FROM schema_change_runs
+WHERE (%(database)s::text IS NULL OR database_name = %(database)s)
+  AND (%(schema)s::text IS NULL OR schema_name = %(schema)s)
+ORDER BY recorded_at DESC, run_id
+LIMIT %(limit)s OFFSET %(offset)s;
+
 -- name: schema_changes_runs_open_for_target
 -- The run of a database/schema whose cleanup is still pending (at most one).
 SELECT run_id FROM schema_change_runs
@@ -804,6 +813,11 @@ WHERE secret_hash = %(digest)s AND ended_at IS NULL;
 -- Redeem a one-time sign-in link once, through its definer function.
 SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
 FROM admin_redeem_sign_in_link(%(digest)s);
+
+-- name: admin_sessions_purge_ended
+-- Delete, in every workspace, sessions ended and links used or expired more than `grace` seconds
+-- ago, through their definer function (migration 021); the counts deleted.
+SELECT sessions, links FROM admin_purge_ended(make_interval(secs => %(grace)s));
 
 -- name: admin_sessions_insert_link
 -- Bootstrap (migrator): a one-time sign-in link for a token of the workspace.

@@ -140,13 +140,16 @@ class MemoryController(Controller):
         workspace's card included), 401, 403, 404, 503 ``database_unavailable``."""
         return await archive.create_card(principal, workspace_id, data, wait or 0.0)
 
-    @get("/pending", responses=PROBLEM_RESPONSES, summary="Incomplete index operations")
+    @get("/pending", responses=PROBLEM_RESPONSES, summary="Incomplete index operations",
+         opt={"permission": ("memory.manage", "memory.review")})
     async def pending(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
                       limit: FromQuery[Annotated[int, Parameter(ge=1, le=1000)]] = 100,
                       offset: FromQuery[Offset] = 0) -> PendingPage:
         """Every incomplete projection operation (upserts and deletions): card id, operation,
-        status, attempts, last error, age in seconds."""
+        status, attempts, last error, age in seconds. ``memory.manage`` or ``memory.review`` (a
+        reviewer sees whether the cards a review applied are indexed; a retry needs
+        ``memory.manage``)."""
         return await archive.pending(principal, workspace_id, limit, offset)
 
     @get("/activity", responses=PROBLEM_RESPONSES, summary="Activity log")

@@ -31,8 +31,11 @@ PER_PAGE = 50
 
 
 def _require_manage(person: Person) -> None:
+    """:raises Forbidden: the person's token lacks ``memory.manage`` (the 403 names what it
+    holds)."""
     if not person.can_manage:
-        raise Forbidden("your token allows recall only (memory.read): editing needs "
+        held = ", ".join(sorted(person.principal.permissions)) or "no permission"
+        raise Forbidden(f"your token holds {held}: seeing and editing cards here needs "
                         "memory.manage", permissions=["memory.manage"])
 
 
