@@ -86,7 +86,7 @@ def test_memarc_up_demo_prints_the_administration_and_a_sign_in_link(fresh_db, r
                 assert [w["id"] for w in listing.json()["workspaces"]] == ["acme"]
                 other.cookies.clear()
             assert other.get(new_link).status_code == 401  # each new link works once too
-            demo_token = json.loads(re.search(r'"token": (".*?")', printed).group(1))
+            demo_token = json.loads(re.search(r'"manage_token": (".*?")', printed).group(1))
             api = other.get(f"http://127.0.0.1:{port}/api/workspaces/acme/memory",
                             headers={"Authorization": f"Bearer {demo_token}"})
             assert api.status_code == 200  # no token was revoked
