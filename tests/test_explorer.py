@@ -259,12 +259,12 @@ async def test_a_misspelt_or_bad_list_parameter_is_refused_with_its_message(
     async with make_env() as env:
         ds, _, _ = await _list_of_29(env, explorer)
         # a misspelt filter is refused by name, on the page and its exports, never ignored
-        for path in ("/-/memory/acme?concept=revenue", "/-/memory/acme.json?famly=sql_rule",
-                     "/-/memory/acme.csv?concept=revenue"):
+        for path in ("/-/memory/acme?concpets=revenue", "/-/memory/acme.json?famly=sql_rule",
+                     "/-/memory/acme.csv?concpets=revenue"):
             with subtests.test(path=path):
                 r = await get(ds, path)
                 assert r.status_code in (400, 422), (path, r.status_code)
-                assert ("concept" in r.text or "famly" in r.text) and "unknown parameter" in r.text
+                assert ("concpets" in r.text or "famly" in r.text) and "unknown parameter" in r.text
         # bad parameters are 400s with the message
         for qs, message in (
                 ("family=nope", "unknown family &#39;nope&#39;; allowed: domain_clarification, "
