@@ -15,6 +15,8 @@ from test_explorer import explorer, get  # noqa: F401  (the fixture)
 
 from explorer_plugin.params import ALIASES, LIST_PARAMETERS
 from writer.cli import build_parser, subcommands
+from writer.cli.api_commands import LIST_FILTERS as CLI_LIST_FILTERS
+from writer.cli.api_commands import SEARCH_FILTERS as CLI_SEARCH_FILTERS
 from writer.mcp_server import TOOLS_BY_NAME
 
 #: the card list's filters, on the API, the explorer and the CLI (MCP has no card list)
@@ -25,10 +27,10 @@ RECALL_FILTERS = {"family", "scope", "concepts", "database", "schema", "table", 
 #: the names of each surface that are not filters: paging, sorting, the query, the output
 LIST_CONTROLS = {"api": {"sort", "desc", "page", "per_page"},
                  "explorer": {"_sort", "_sort_desc", "_size", "_page"},
-                 "cli": {"workspace", "sort", "desc", "page", "per_page"}}
+                 "cli": {"workspace", "config", "json", "filters", "sort", "desc", "page", "per_page"}}
 RECALL_CONTROLS = {"api": {"query", "top", "mode", "exclude", "session", "filters"},
                    "explorer": {"q", "mode", "top"},
-                   "cli": {"workspace", "query", "top", "exclude", "session", "filters"},
+                   "cli": {"workspace", "config", "json", "query", "top", "exclude", "session", "filters"},
                    "mcp": {"query", "top", "exclude", "session", "filters"}}
 
 
@@ -48,13 +50,13 @@ def _form_names(html: str, form_class: str) -> set[str]:
 
 
 def _cli_names(command: str) -> set[str]:
-    """The options of ``memarc command`` by their first (documented) spelling, as a filter
-    name (``--updated-after`` is ``updated_after``); each option's dest is that name."""
+    """The options of ``memarc command`` by their first long (documented) spelling, as a
+    filter name (``--updated-after`` is ``updated_after``); each option's dest is that name."""
     names = set()
     for action in subcommands(build_parser())[command]._actions:
         if action.dest == "help":
             continue
-        spelled = action.option_strings[0] if action.option_strings else action.dest
+        spelled = next((o for o in action.option_strings if o.startswith("--")), action.dest)
         name = spelled.lstrip("-").replace("-", "_")
         assert action.dest == name, (command, action.option_strings)
         names.add(name)
@@ -90,14 +92,14 @@ async def test_each_filter_has_one_name_on_the_api_the_explorer_the_cli_and_mcp(
     explorer_list = _form_names(cards_page, "memarc-filters") - LIST_CONTROLS["explorer"]
     explorer_recall = _form_names(recall_page, "filters") - RECALL_CONTROLS["explorer"]
     cli_list = _cli_names("list") - LIST_CONTROLS["cli"]
-    # the CLI's recall filters: its options, and --filters, a JSON object of the API's Filters
-    filters = api_recall - {"family"}
-    cli_recall = {name: (_cli_names(name) - RECALL_CONTROLS["cli"]) | filters
+    # the CLI's recall filters: its options, and the keys its --filters JSON object takes
+    cli_recall = {name: (_cli_names(name) - RECALL_CONTROLS["cli"]) | set(CLI_SEARCH_FILTERS)
                   for name in ("search", "rules", "solved-search")}
 
     assert api_list == LIST_FILTERS
     assert explorer_list == LIST_FILTERS and set(LIST_PARAMETERS) == LIST_FILTERS
     assert cli_list == LIST_FILTERS
+    assert set(CLI_LIST_FILTERS) - LIST_CONTROLS["cli"] == LIST_FILTERS  # list --filters' keys
     assert api_recall == RECALL_FILTERS
     assert explorer_recall == RECALL_FILTERS
     assert cli_recall["search"] == RECALL_FILTERS
