@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta
 
+from shared.enum_errors import with_allowed
 from shared.errors import InvalidInput
 
 # ---- bounds (each named in the 422 that enforces it) ----
@@ -453,7 +454,7 @@ def decode_json(data: bytes, type_: Any) -> Any:
     try:
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc)) from exc
+        raise InvalidInput(with_allowed(str(exc), type_)) from exc
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}") from exc
 
@@ -461,9 +462,9 @@ def decode_json(data: bytes, type_: Any) -> Any:
 def convert(obj: Any, type_: Any) -> Any:
     """Validate an already-decoded object into ``type_``.
 
-    :raises InvalidInput: wrong shape or out of bounds.
+    :raises InvalidInput: wrong shape or out of bounds (an enum error lists the allowed values).
     """
     try:
         return msgspec.convert(obj, type=type_)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc)) from exc
+        raise InvalidInput(with_allowed(str(exc), type_)) from exc

@@ -259,16 +259,19 @@ async def test_a_misspelt_or_bad_list_parameter_is_refused_with_its_message(
     async with make_env() as env:
         ds, _, _ = await _list_of_29(env, explorer)
         # a misspelt filter is refused by name, on the page and its exports, never ignored
-        for path in ("/-/memory/acme?concept=revenue", "/-/memory/acme.json?famly=sql_rule",
-                     "/-/memory/acme.csv?concept=revenue"):
+        for path in ("/-/memory/acme?concpets=revenue", "/-/memory/acme.json?famly=sql_rule",
+                     "/-/memory/acme.csv?concpets=revenue"):
             with subtests.test(path=path):
                 r = await get(ds, path)
                 assert r.status_code in (400, 422), (path, r.status_code)
-                assert ("concept" in r.text or "famly" in r.text) and "unknown parameter" in r.text
+                assert ("concpets" in r.text or "famly" in r.text) and "unknown parameter" in r.text
         # bad parameters are 400s with the message
-        for qs, message in (("family=nope", "unknown family"), ("_size=101", "_size must be between"),
-                            ("_page=0", "_page must be between"), ("_size=x", "must be an integer"),
-                            ("origin=web", "unknown origin")):
+        for qs, message in (
+                ("family=nope", "unknown family &#39;nope&#39;; allowed: domain_clarification, "
+                                "sql_rule, solved_question, explained_error"),
+                ("_size=101", "_size must be between"),
+                ("_page=0", "_page must be between"), ("_size=x", "must be an integer"),
+                ("origin=web", "unknown origin &#39;web&#39;; allowed: manual, workflow, import")):
             with subtests.test(query=qs):
                 r = await get(ds, f"/-/memory/acme?{qs}")
                 assert r.status_code == 400 and message in r.text, qs
@@ -626,10 +629,14 @@ async def test_the_recall_page_says_when_a_budget_cut_link_expansion_short(make_
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"mode": "everything"}, "mode"), ({"top": "0"}, "top must be"),
+    ({"mode": "everything"}, "Invalid enum value &#39;everything&#39; - at `$.mode`; allowed: "
+                             "rules, search, solved"),
+    ({"family": "sql_rules"}, "at `$.family[0]`; allowed: domain_clarification, explained_error, "
+                              "solved_question, sql_rule"),
+    ({"top": "0"}, "top must be"),
     ({"mode": "solved", "family": "sql_rule"}, "does not return"),
     ({"table": "orders"}, "needs filters.database")],
-    ids=["unknown mode", "top 0", "family outside the mode", "table without database"])
+    ids=["unknown mode", "unknown family", "top 0", "family outside the mode", "table without database"])
 async def test_invalid_recall_input_is_a_400_with_its_message_and_the_form_kept(
         make_env, explorer, params, message):
     async with make_env() as env:

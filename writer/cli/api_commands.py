@@ -157,9 +157,6 @@ LIST_FILTERS = ("q", "family", "origin", "concepts", "database", "schema", "tabl
                 "updated_after", "updated_before", "sort", "desc", "page", "per_page")
 LIST_REPEATABLE = ("family", "origin", "concepts")
 
-#: The flag of ``memarc list`` that gives each list filter (its ``dest``).
-LIST_FLAGS = {name: "concept" if name == "concepts" else name for name in LIST_FILTERS}
-
 
 def parse_filters(text: str | None, allowed: tuple[str, ...], flag: str = "--filters") -> dict:
     """The JSON object ``text`` (None: empty), its keys among ``allowed``.
@@ -222,8 +219,8 @@ def list_command(args: argparse.Namespace) -> Any:
         names one a flag gives too.
     """
     filters = parse_filters(args.filters, LIST_FILTERS)
-    flags = {name: getattr(args, dest) for name, dest in LIST_FLAGS.items()
-             if getattr(args, dest) not in (None, [], False)}
+    flags = {name: getattr(args, name) for name in LIST_FILTERS  # each flag's dest is its filter
+             if getattr(args, name) not in (None, [], False)}
     both = sorted(set(filters) & set(flags))
     if both:
         raise CliError({"error": f"{', '.join(both)} given both as a flag and in --filters",
@@ -241,7 +238,8 @@ def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
     ls.add_argument("--q", help="text search, or a card id")
     ls.add_argument("--family", action="append", help="repeatable family filter")
     ls.add_argument("--origin", action="append", help="repeatable origin filter")
-    ls.add_argument("--concept", action="append", help="repeatable; every one must be present")
+    ls.add_argument("--concepts", "--concept", dest="concepts", action="append",
+                    help="repeatable; every one must be present (--concept: its old name)")
     for name in ("database", "schema", "table", "column"):
         ls.add_argument(f"--{name}", help=f"one dependency entry must carry this {name}")
     ls.add_argument("--updated-after", help="ISO date or timestamp (inclusive)")
