@@ -10,7 +10,8 @@ The payload holds what the filters need plus ``revision`` and ``format``. The co
 metadata records the dense model id and dimension; a mismatch raises :class:`IndexIncompatible`.
 
 Filters are put inside *each* branch query (never a top-level filter on a fused query: qdrant-client
-issue 1372), and the two rankings are fused by the caller with k = 60 (:mod:`shared.recall.fusion`).
+issue 1372), and the rankings are fused by the caller as the recall mode's profile says
+(:mod:`shared.recall.profiles`, :mod:`shared.recall.fusion`).
 """
 
 

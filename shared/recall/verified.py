@@ -152,11 +152,13 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     if not exists:
         async with db.transaction(workspace, role=role, read_only=True) as conn:
             counts = await outbox.projection_counts(conn)
+            waiting = await outbox.unindexed_count(conn)
         if counts["current"]:
             raise IndexUnavailable(
                 f"the index has no collection for workspace {workspace!r} although "
                 f"{counts['current']} cards are recorded as projected: run `memarc index`")
-        return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none())
+        return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none(),
+                              not_indexed=waiting)
     branches = profile.branches()
     dense_names = tuple(b for b in branches if b in layout.dense)
     sparse_names = tuple(b for b in branches if b in layout.sparse)
@@ -215,7 +217,8 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                 truncated=expansion.truncated, lookups=expansion.lookups,
                 links_inspected=expansion.links_inspected,
                 budgets=[b for b in BUDGETS if b in expansion.budgets_hit])
-            return RecallResponse(results=results, excluded=len(dropped), expansion=summary)
+            return RecallResponse(results=results, excluded=len(dropped), expansion=summary,
+                                  not_indexed=await outbox.unindexed_count(conn))
     raise AssertionError("unreachable: the last round returns")  # pragma: no cover
 
 

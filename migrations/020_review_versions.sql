@@ -1,4 +1,4 @@
--- 019: a review bound to the summary it was made on (issue 25, case 6).
+-- 020: a review bound to the summary it was made on (issue 25, case 6).
 --
 -- A review names the version of the summary it was made on; the proposals stored after that
 -- version stay open (neither applied nor declined) and are reviewed later, by another review of
