@@ -104,6 +104,13 @@ class StaleRevision(Conflict):
     code = "stale_revision"
 
 
+class SummaryChanged(Conflict):
+    """The session's summary changed since the version a review was made on (a proposal it
+    showed was reviewed or erased meanwhile): reload the summary and review again."""
+
+    code = "summary_changed"
+
+
 class IntegrityViolation(Conflict):
     """PostgreSQL refused a write that would break a reference or a uniqueness rule."""
 

@@ -424,3 +424,106 @@ async def test_a_reviewer_sees_pending_updates_without_retry_in_chromium(make_en
                 await browser.close()
         finally:
             await stop_server(server, task)
+
+
+#: the review form's fields as the browser would send them on a click of "Apply" (a re-submission
+#: of the very same form sends exactly these)
+FORM_DATA_JS = """() => [...new FormData(document.querySelector('#review-form')).entries(),
+                         ['decision', 'apply']]"""
+
+#: submit ``pairs`` as a form from the current page (what the browser does when a person goes
+#: back and submits the form again)
+RESUBMIT_JS = """([action, pairs]) => {
+  const form = document.createElement('form');
+  form.method = 'post'; form.action = action;
+  for (const [name, value] of pairs) {
+    const input = document.createElement('input');
+    input.type = 'hidden'; input.name = name; input.value = value; form.appendChild(input);
+  }
+  document.body.appendChild(form); form.submit();
+}"""
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_a_reviewer_reviews_a_session_in_chromium(make_env, chromium, width, height):
+    """A reviewer (``memory.review``) opens the sessions to review, opens one, edits a proposal,
+    applies, reads the receipt; the same form submitted again (after going back) answers the
+    same receipt and writes nothing twice."""
+    from playwright.async_api import async_playwright
+    from test_workflow import APPROVED, active_def, solved
+
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    async with make_env() as env:
+        env.workspace("acme")
+        manager, agent = env.token("acme"), env.token("acme", "memory.propose")
+        reviewer = env.token("acme", "memory.review")
+        old = (await env.client.post(API, headers=manager, json={
+            "family": "sql_rule", "title": "Paid orders only",
+            "content": {"rule": "Keep orders whose status is 'paid'."}})).json()["card"]
+        r = await env.client.post("/api/workspaces/acme/sessions/analysis-2026-12-03/proposals",
+                                  headers=agent, json={"proposals": [active_def(), solved(), {
+                                      "key": "paid", "kind": "update", "card_id": old["id"],
+                                      "revision": 1, "decisions": APPROVED,
+                                      "content": {"rule": "Keep orders whose status is 'paid' "
+                                                          "or 'refunded'."}}]})
+        assert r.status_code == 201, r.text
+        server, task, base = await start_server(env.app)
+
+        def counts() -> tuple[int, int, int]:
+            return (env.scalar("SELECT count(*) FROM memory.cards"),
+                    env.scalar("SELECT count(*) FROM memory.review_receipts"),
+                    env.scalar("SELECT count(*) FROM memory.projection_ops"))
+
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=chromium, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                page = await (await browser.new_context(
+                    viewport={"width": width, "height": height})).new_page()
+                await page.goto(f"{base}/admin/sign-in")
+                await page.fill("#token", reviewer["Authorization"].removeprefix("Bearer "))
+                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                await navigate(page, page.click(".memarc-nav >> text=Sessions to review"))
+                assert "1 session waiting for review" in await text(page, "h3")
+                row = await text(page, "#sessions tbody tr")
+                assert row.startswith("analysis-2026-12-03 2 1 0"), row
+                await look(page, "review-list", size)
+
+                await navigate(page, page.click("#sessions >> text=analysis-2026-12-03"))
+                assert "3 proposals: 2 new cards, 0 reuses of an existing card, 1 update" \
+                    in await text(page)
+                changes = await text(page, "#changes-2")
+                assert "Keep orders whose status is 'paid'." in changes and "'refunded'" in changes
+                assert await page.get_attribute("#p1-content-sql", "readonly") is not None
+                assert await page.is_checked("#p0-keep") and await page.is_checked("#p2-keep")
+                await page.fill("#p0-title", "Active customer (last 30 days)")
+                await page.uncheck("#p1-keep")  # the solved question is declined
+                await look(page, "review-summary", size)
+                form = await page.evaluate(FORM_DATA_JS)
+                action = page.url
+                before = counts()
+                await navigate(page, page.click("#apply"))
+                outcome = await text(page, "#outcome")
+                assert outcome.startswith("Review applied: 2 cards written or reused, 1 proposal "
+                                          "declined"), outcome
+                receipt = await text(page, "#receipt")
+                assert "Active customer (last 30 days)" in receipt and "updated" in receipt
+                assert "created" in receipt and await text(page, "#declined") == \
+                    "q1: Active customers per country"
+                applied = counts()
+                assert applied[:2] == (before[0] + 1, before[1] + 1), (before, applied)
+                await look(page, "review-receipt", size)
+
+                # back, and the same form submitted again: the same receipt, nothing written
+                await page.go_back()
+                await navigate(page, page.evaluate(RESUBMIT_JS, [action, form]))
+                assert "already applied" in await text(page, "#outcome")
+                assert await text(page, "#receipt") == receipt
+                assert counts() == applied
+                await look(page, "review-replay", size)
+                await browser.close()
+        finally:
+            await stop_server(server, task)
+        for name in ("review-list", "review-summary", "review-receipt", "review-replay"):
+            assert (OUT / f"admin-{size}-{name}.png").stat().st_size > 10_000, name

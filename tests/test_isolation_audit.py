@@ -256,6 +256,7 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "index": ["index", *w, "--no-wait"],
         "propose": ["propose", *w, "--session", a["session"], "--data", files["propose"]],
         "summary": ["summary", *w, "--session", a["session"]],
+        "sessions": ["sessions", *w, "--status", "all"],
         "review-apply": ["review-apply", *w, "--session", a["session"], "--data",
                          files["review"]],
         "solved-index": ["solved-index", *w, "--session", a["session"]],
@@ -483,6 +484,7 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "Transfer.import_cards": ([],), "Transfer.export_cards": (),
         "Workflow.propose": (a["session"], ProposeRequest(proposals=[])),
         "Workflow.summary": (a["session"],),
+        "Workflow.sessions": ("all",),
         "Workflow.review": (a["session"], ReviewRequest(review_id="x", decline_all=True)),
         "Workflow.solved_index": (a["session"],),
         "Workflow.decide": (a["session"], DecideRequest(decisions=[CardDecision(

@@ -160,7 +160,7 @@ async def test_the_summary_shows_each_proposed_card_and_the_changes_of_an_update
         items = {i["key"]: i for i in summary["proposals"]}
         assert summary["counts"] == {"total": 4, "create": 2, "reuse": 1, "update": 1,
                                      "stale": 0, "possible_duplicates": 0, "with_problems": 0,
-                                     "erased": 0}
+                                     "erased": 0, "open": 4}
         assert items["active"]["card"]["title"] == "Active customer"
         assert items["active"]["rationale"] == "The analyst defined it in the session."
         assert items["q1"]["card"]["links"] == [{"target": "active", "meaning": "uses the definition"}]

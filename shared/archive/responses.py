@@ -260,7 +260,9 @@ class SummaryItem(msgspec.Struct):
 
 
 class ReviewedItem(msgspec.Struct, omit_defaults=True):
-    """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (no write)."""
+    """One selected proposal in a receipt: ``created``, ``updated`` or ``reused`` (the existing
+    card; written only when the approved links add to it: ``links_added``, the new revision).
+    ``links_not_written``: each approved link of a reused card that was not written, and why."""
 
     key: str
     kind: str
@@ -272,6 +274,10 @@ class ReviewedItem(msgspec.Struct, omit_defaults=True):
     #: the card was deleted since and its title erased with it (``title`` is empty); only
     #: present when true
     erased: bool = False
+    #: the approved links written onto a reused card (target card ids); only when some were
+    links_added: list[str] = []
+    #: the approved links of a reused card that were not written: ``<target> (<meaning>): why``
+    links_not_written: list[str] = []
 
 
 class ProjectionEntry(msgspec.Struct):
@@ -288,6 +294,9 @@ class ReviewReceipt(msgspec.Struct):
     ``outcome``: ``applied`` or ``declined`` (explicit decline of all). ``items``: the selected
     proposals and their cards. ``declined``: keys of the session's proposals not selected.
     ``projection``: the operations queued for the cards written (what solved-index re-runs).
+    ``through``: the last proposal (its sequence number) the review covers, the summary version
+    it was made on; ``open``: the proposals stored after it, left open for a later review
+    (None and empty for a receipt that covers the whole session, as before issue 25).
     """
 
     review_id: str
@@ -299,6 +308,8 @@ class ReviewReceipt(msgspec.Struct):
     declined: list[str]
     projection: list[ProjectionEntry]
     note: str = ""
+    through: int | None = None
+    open: list[str] = []
 
 
 class ReviewOutcome(msgspec.Struct):
@@ -309,12 +320,80 @@ class ReviewOutcome(msgspec.Struct):
 
 
 class Summary(msgspec.Struct):
-    """The reviewable summary of a session: its proposals, counts, and its receipt once reviewed."""
+    """The reviewable summary of a session: its proposals, counts, and its receipt once reviewed
+    (``review``: the latest; ``reviews``: all of them, oldest first, when a review left proposals
+    that arrived later open). ``version`` names this summary: a review sends it back, so that
+    what arrived after it stays open and a summary changed otherwise is a 409."""
 
     session_id: str
     proposals: list[SummaryItem]
     counts: dict[str, int]
     review: ReviewReceipt | None
+    version: str = ""
+    reviews: list[ReviewReceipt] = []
+
+
+class SessionOverview(msgspec.Struct):
+    """One session of the list to review: its proposals (``additions``, ``updates``; ``open``:
+    not reviewed yet, of which ``stale`` updates; ``erased`` with a deleted card), when the first
+    and last arrived, who proposed them (actors), and its latest review (``review_id``,
+    ``outcome``, by whom, when) once reviewed."""
+
+    session_id: str
+    additions: int
+    updates: int
+    stale: int
+    erased: int
+    open: int
+    first_proposed_at: datetime
+    last_proposed_at: datetime
+    proposed_by: list[str]
+    reviewed: bool
+    review_id: str | None = None
+    outcome: str | None = None
+    reviewed_by: str | None = None
+    reviewed_at: datetime | None = None
+
+
+class SessionList(msgspec.Struct):
+    """The workspace's sessions with proposals, latest proposal first (``status``: the filter
+    applied; ``limit``: at most that many)."""
+
+    status: Literal["open", "reviewed", "all"]
+    sessions: list[SessionOverview]
+    limit: int
+
+
+class NearbyCard(msgspec.Struct):
+    """A card recall finds near a proposed addition (``score``: recall's ranking score, not a
+    similarity)."""
+
+    card_id: str
+    title: str
+    family: str
+    revision: int
+    score: float
+
+
+class NearbyItem(msgspec.Struct):
+    """What the archive already holds near one open addition: ``similar``, the closest cards of
+    its family by recall that are not the card it would reuse nor its possible duplicate
+    ("similar, not the same": never merged automatically); ``solved``, the solved questions of
+    its databases nearest to it (where it would be recalled)."""
+
+    key: str
+    similar: list[NearbyCard]
+    solved: list[NearbyCard]
+
+
+class ReviewNeighbours(msgspec.Struct):
+    """The neighbours of a session's open additions, by key; ``available`` false (and
+    ``reason``) when recall cannot answer now (no index, no model, privacy filter): the review
+    goes on without them."""
+
+    available: bool
+    items: dict[str, NearbyItem]
+    reason: str | None = None
 
 
 class SolvedIndexCard(msgspec.Struct):

@@ -28,6 +28,7 @@ This module imports no web framework; the writer's ``writer/routes/sessions.py``
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ import msgspec
 
 from shared.archive.activity import audited
 from shared.auth import Principal
-from shared.errors import ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision
+from shared.errors import (ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision,
+                           SummaryChanged)
 from shared.models import Card, CardWrite, Source, card_id_str, clean_session_id, parse_card_id
 from shared.projection.queue import ProjectionQueue
 from shared.store import activity, outbox, workspaces
@@ -48,7 +50,7 @@ from shared.store.database import Connection, Database
 from shared.workflow import rules
 from shared.archive.responses import (DecisionRecord, ProjectionEntry, ProposalOutcome,
                                      ProposeResult, ReviewedItem, ReviewOutcome, ReviewReceipt,
-                                     SessionDecisions, SolvedIndexCard, SolvedIndexResult, Summary,
+                                     SessionDecisions, SessionList, SessionOverview, SolvedIndexCard, SolvedIndexResult, Summary,
                                      SummaryItem)
 from shared.workflow.requests import (MAX_SESSION_DECISIONS, MAX_SESSION_PROPOSALS,
                                       DecideRequest, Decision, FieldChange, Proposal,
@@ -69,8 +71,13 @@ class _Stored:
 async def _stored(conn: Connection, session_id: str) -> dict[str, _Stored]:
     """The session's proposals by key, in the order they were stored (erased ones left out:
     :func:`_erased`)."""
+    return _as_stored(await store.session_proposals(conn, session_id))
+
+
+def _as_stored(rows: Iterable[store.StoredProposal]) -> dict[str, _Stored]:
+    """Proposal rows by key, as stored and as drafts (erased ones left out)."""
     stored: dict[str, _Stored] = {}
-    for row in await store.session_proposals(conn, session_id):
+    for row in rows:
         if row.erased:
             continue
         proposal = msgspec.convert(row.proposal, Proposal)
@@ -98,9 +105,43 @@ def _erased_item(row: store.StoredProposal) -> SummaryItem:
         erased=True)
 
 
-async def _reviewed(conn: Connection, session_id: str) -> ReviewReceipt | None:
-    row = await store.session_receipt(conn, session_id)
-    return msgspec.convert(row.result, ReviewReceipt) if row is not None else None
+async def _receipts(conn: Connection, session_id: str) -> list[ReviewReceipt]:
+    """The session's review receipts, oldest first."""
+    return [msgspec.convert(row.result, ReviewReceipt)
+            for row in await store.session_receipts(conn, session_id)]
+
+
+# ---- the summary's version (issue 25, case 6) ----
+
+def _covering(seq: int, receipts: list[ReviewReceipt]) -> ReviewReceipt | None:
+    """The review that covers the proposal stored as ``seq``: the first receipt whose summary
+    version reaches it (a receipt without ``through`` covers the whole session). None: open."""
+    return next((r for r in receipts if r.through is None or seq <= r.through), None)
+
+
+def _version(rows: list[store.StoredProposal], receipts: list[ReviewReceipt],
+             through: int) -> str:
+    """The version of a summary that shows the proposals up to ``through``: ``<through>-<digest>``
+    where the digest covers what a review of it relies on (those proposals' keys and erasure,
+    and the reviews already made)."""
+    shown = [[row.key, row.erased] for row in rows if row.seq <= through]
+    text = msgspec.json.encode([shown, [r.review_id for r in receipts]])
+    return f"{through}-{hashlib.sha256(text).hexdigest()[:16]}"
+
+
+def _check_version(version: str, rows: list[store.StoredProposal],
+                   receipts: list[ReviewReceipt]) -> int:
+    """The last proposal (``seq``) a review made on summary ``version`` covers.
+
+    :raises SummaryChanged: the session changed since that summary in a way that matters (a
+        proposal it showed was reviewed or erased since), or ``version`` is not one.
+    """
+    head = version.partition("-")[0]
+    if not (head.isdigit() and len(head) < 19 and _version(rows, receipts, int(head)) == version):
+        raise SummaryChanged(f"the summary changed since version {version!r} was read (a "
+                             "proposal it showed was reviewed or erased meanwhile): reload it "
+                             "and review again", field="version")
+    return int(head)
 
 
 async def _matches(conn: Connection, bodies: list[CardWrite]) -> list[rules.Match]:
@@ -160,6 +201,51 @@ async def _edited_cards(conn: Connection, drafts: Iterable[Draft]) -> dict[uuid.
         conn, [c for d in drafts if (c := rules.edited_card(d)) is not None])
 
 
+@dataclass
+class _Scope:
+    """What a review covers: the open proposals up to the summary version it was made on
+    (``stored``; ``erased`` ones apart), the last one's ``seq`` (``through``), the open ones
+    stored after it (``later``: they stay open), and those reviewed before (``reviewed``)."""
+
+    stored: dict[str, _Stored]
+    erased: dict[str, store.StoredProposal]
+    through: int
+    later: list[str]
+    reviewed: set[str]
+
+    def why_not(self, key: str, session_id: str) -> str:
+        """Why ``key`` cannot be selected in this review."""
+        if key in self.later:
+            return (f"proposal {key!r} arrived after the summary this review was made on; "
+                    "reload the summary to review it")
+        if key in self.reviewed:
+            return f"proposal {key!r} was reviewed already"
+        return f"no proposal {key!r} in session {session_id!r}"
+
+
+async def _reviewable(conn: Connection, session_id: str, version: str | None) -> _Scope:
+    """The proposals a review made on summary ``version`` (None: the current one) covers.
+
+    :raises NotFound: no proposals in the session. :raises Conflict: no proposal is open (the
+        session was reviewed). :raises SummaryChanged: :func:`_check_version`.
+    """
+    rows = await store.session_proposals(conn, session_id)
+    if not rows:
+        raise NotFound(f"no proposals in session {session_id!r}")
+    receipts = await _receipts(conn, session_id)
+    open_rows = [row for row in rows if _covering(row.seq, receipts) is None]
+    if not open_rows:
+        raise Conflict(f"session {session_id!r} was already reviewed (review "
+                       f"{receipts[-1].review_id!r})", review_id=receipts[-1].review_id)
+    through = max(row.seq for row in rows)
+    if version is not None:
+        through = _check_version(version, rows, receipts)
+    seen = [row for row in open_rows if row.seq <= through]
+    return _Scope(stored=_as_stored(seen), erased={row.key: row for row in seen if row.erased},
+                  through=through, later=[row.key for row in open_rows if row.seq > through],
+                  reviewed={row.key for row in rows} - {row.key for row in open_rows})
+
+
 class Workflow:
     """Proposals, summary, review and solved-index over one database and projection queue."""
 
@@ -190,11 +276,11 @@ class Workflow:
         drafts = rules.check_batch(req.proposals)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
-            receipt = await store.session_receipt(conn, session_id)
-            if receipt is not None:
+            receipts = await store.session_receipts(conn, session_id)
+            if receipts:
                 raise Conflict(f"session {session_id!r} was already reviewed (review "
-                               f"{receipt.review_id!r}); start a new session",
-                               review_id=receipt.review_id)
+                               f"{receipts[-1].review_id!r}); start a new session",
+                               review_id=receipts[-1].review_id)
             stored = await _stored(conn, session_id)
             erased = {row.key for row in await _erased(conn, session_id)}
             for i, d in enumerate(drafts):
@@ -251,6 +337,29 @@ class Workflow:
                             "count": len(new_keys)})
         return ProposeResult(session_id=session_id, proposals=outcomes, session_total=total)
 
+    # ---- the sessions to review ----
+
+    async def sessions(self, principal: Principal, workspace: str, status: str = "open",
+                       limit: int = 100) -> SessionList:
+        """The workspace's sessions with proposals, latest proposal first: ``open`` (not yet
+        reviewed, the default), ``reviewed`` or ``all``; at most ``limit`` (1..500).
+
+        :raises InvalidInput: another ``status`` or ``limit``.
+        :raises Forbidden: the token holds neither ``memory.propose`` nor ``memory.review``.
+        :raises NotFound: principal of another workspace.
+        """
+        principal.require(workspace, "memory.propose", "memory.review")
+        if status not in ("open", "reviewed", "all"):
+            raise InvalidInput("status is one of open, reviewed, all", field="status")
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit is 1..500", field="limit")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            rows = await store.list_sessions(conn, status, limit)
+        return SessionList(status=status, limit=limit,  # type: ignore[arg-type]
+                           sessions=[msgspec.convert({**r, "reviewed": r["review_id"] is not None},
+                                                     SessionOverview) for r in rows])
+
     # ---- summary ----
 
     async def summary(self, principal: Principal, workspace: str, session_id: str) -> Summary:
@@ -265,11 +374,13 @@ class Workflow:
         session_id = clean_session_id(session_id)
         async with self.db.transaction(workspace, read_only=True, lock="shared") as conn:
             await workspaces.get(conn, workspace)
-            stored = await _stored(conn, session_id)
-            erased = await _erased(conn, session_id)
-            receipt = await _reviewed(conn, session_id)
-            if not stored and not erased:
+            rows = await store.session_proposals(conn, session_id)
+            receipts = await _receipts(conn, session_id)
+            if not rows:
                 raise NotFound(f"no proposals in session {session_id!r}")
+            stored = _as_stored(rows)
+            erased = [row for row in rows if row.erased]
+            covering = {row.key: _covering(row.seq, receipts) for row in rows}
             cards = await _edited_cards(conn, (s.draft for s in stored.values()))
             items: list[SummaryItem] = []
             bodies: list[CardWrite | None] = []
@@ -285,24 +396,22 @@ class Workflow:
                     item.problems += [problem for _, problem in rules.link_problems(
                         body.links, key=s.key, card_id=rules.edited_card(s.draft),
                         written=session, session=session, cards=existing)]
-            if receipt is None:
-                additions = [(item, s.draft, body)
-                             for item, s, body in zip(items, stored.values(), bodies)
-                             if isinstance(s.draft, Addition) and body is not None]
-                matches = await _matches(conn, [body for *_, body in additions])
-                for (item, d, _), m in zip(additions, matches):
-                    item.action = rules.action(d, m.reuse)
-                    item.card_id = card_id_str(m.reuse) if m.reuse else None
-                    item.possible_duplicate = m.possible
-            else:
-                _show_review(items, receipt)
-            gone = [_erased_item(row) for row in erased]
-            if receipt is not None:
-                _show_review(gone, receipt)
-                for item in gone:
-                    item.problems = ["erased: the card it carried was deleted, and its "
-                                     "content with it"]
-            items += gone
+            # open additions: what the archive holds like them now (reviewed ones show their
+            # receipt instead: their own new cards would read as reuses)
+            additions = [(item, s.draft, body)
+                         for item, s, body in zip(items, stored.values(), bodies)
+                         if isinstance(s.draft, Addition) and body is not None
+                         and covering[s.key] is None]
+            matches = await _matches(conn, [body for *_, body in additions])
+            for (item, d, _), m in zip(additions, matches):
+                item.action = rules.action(d, m.reuse)
+                item.card_id = card_id_str(m.reuse) if m.reuse else None
+                item.possible_duplicate = m.possible
+            items += [_erased_item(row) for row in erased]
+            for item in items:
+                if (receipt := covering[item.key]) is not None:
+                    _show_review(item, receipt)
+            version = _version(rows, receipts, max(row.seq for row in rows))
         counts = {"total": len(items),
                   "create": sum(i.action == "create" for i in items),
                   "reuse": sum(i.action == "reuse" for i in items),
@@ -310,8 +419,11 @@ class Workflow:
                   "stale": sum(i.stale for i in items),
                   "possible_duplicates": sum(i.possible_duplicate is not None for i in items),
                   "with_problems": sum(bool(i.problems) for i in items),
-                  "erased": sum(i.erased for i in items)}
-        return Summary(session_id=session_id, proposals=items, counts=counts, review=receipt)
+                  "erased": sum(i.erased for i in items),
+                  "open": sum(i.reviewed is None for i in items)}
+        return Summary(session_id=session_id, proposals=items, counts=counts,
+                       review=receipts[-1] if receipts else None, version=version,
+                       reviews=receipts)
 
     # ---- review ----
 
@@ -330,6 +442,11 @@ class Workflow:
         enqueued after commit. A repeated ``review_id`` returns the stored receipt
         (``replayed``) and writes nothing, whatever happened to the cards since.
 
+        ``req.version`` binds the review to the summary it was made on (issue 25): the proposals
+        stored after that version are neither applied nor declined (the receipt lists them as
+        ``open``) and a later review of the session covers them. Without it, the review covers
+        every open proposal.
+
         :raises InvalidInput: unknown or duplicate key, a link to a card not in this workspace
             or to an unselected proposal, an edit of the approved SQL, invalid edits, the same
             card twice; ``as_update_of`` on an update, or naming a card that is not in this
@@ -339,7 +456,9 @@ class Workflow:
             deleted after) the revision it was drafted against (``item`` names it); nothing is
             written.
         :raises Conflict: the review id was used for another session or another request; the
-            session was already reviewed under another review id.
+            session was already reviewed under another review id (no proposal is open).
+        :raises SummaryChanged: the summary changed since ``req.version`` in a way that matters
+            (a proposal it showed was reviewed or erased since): reload it; nothing written.
         :raises NotFound: no proposals in the session. :raises Forbidden: the token lacks
             ``memory.review`` (a token that only proposes cannot apply its proposals).
         """
@@ -361,14 +480,8 @@ class Workflow:
                                    field="review_id")
                 return ReviewOutcome(receipt=msgspec.convert(row.result, ReviewReceipt),
                                      replayed=True)
-            other = await store.session_receipt(conn, session_id)
-            if other is not None:
-                raise Conflict(f"session {session_id!r} was already reviewed (review "
-                               f"{other.review_id!r})", review_id=other.review_id)
-            stored = await _stored(conn, session_id)
-            erased = {row.key: row for row in await _erased(conn, session_id)}
-            if not stored and not erased:
-                raise NotFound(f"no proposals in session {session_id!r}")
+            scope = await _reviewable(conn, session_id, req.version)
+            stored, erased = scope.stored, scope.erased
             for i, sel in enumerate(req.selected):
                 if sel.key in erased:  # its card was deleted since: stale, like any such update
                     gone = erased[sel.key].card_id or erased[sel.key].reuse_card_id
@@ -378,14 +491,15 @@ class Workflow:
                         card_id=card_id_str(gone) if gone else None, current_revision=None,
                         field=f"selected[{i}].key")
                 if sel.key not in stored:
-                    raise InvalidInput(f"selected[{i}]: no proposal {sel.key!r} in session "
-                                       f"{session_id!r}", field=f"selected[{i}].key", item=sel.key)
+                    raise InvalidInput(f"selected[{i}]: {scope.why_not(sel.key, session_id)}",
+                                       field=f"selected[{i}].key", item=sel.key)
             selected = {sel.key for sel in req.selected}
             receipt = ReviewReceipt(
                 review_id=review_id, session_id=session_id,
                 outcome="declined" if req.decline_all else "applied",
                 reviewed_by=principal.actor, reviewed_at=datetime.now(timezone.utc), items=[],
-                declined=[k for k in stored if k not in selected], projection=[], note=req.note)
+                declined=[k for k in stored if k not in selected], projection=[], note=req.note,
+                through=scope.through, open=scope.later)
             if not req.decline_all:
                 receipt.items, op_ids, receipt.projection = await self._apply(
                     conn, principal, workspace, session_id, req.selected, stored)
@@ -426,8 +540,8 @@ class Workflow:
         reuse = {n: m.reuse for n, m in zip(adds, matches)}
         ids = {d.key: rules.edited_card(d) or reuse.get(n) or uuid.uuid4()
                for n, (_, d, _) in enumerate(selected)}
-        # links by key name selected proposals only; they become card ids (a reused card is not
-        # written, so its proposal's links are checked like every other but not applied)
+        # links by key name selected proposals only; they become card ids (a reused card gets
+        # the approved links it lacks, as a new revision: _link_reused)
         existing = await card_store.existing_ids(conn, rules.card_targets(bodies))
         for (where, d, _), body in zip(selected, bodies):
             rules.check_links(body.links, where, key=d.key, card_id=ids[d.key], written=ids,
@@ -435,6 +549,7 @@ class Workflow:
         links = [rules.resolve_links(body.links, ids) for body in bodies]
         # 2. write: new cards first (no links yet), then updates and links, inside this transaction
         revisions: dict[str, int] = {}
+        linked: dict[str, tuple[list[str], list[str]]] = {}
         creates = [n for n in adds if reuse[n] is None]
         for n in creates:
             d = selected[n][1]
@@ -448,6 +563,12 @@ class Workflow:
                         conn, workspace, ids[d.key], bodies[n], links[n])
                 elif reuse[n] is None and links[n]:
                     await card_store.add_links(conn, workspace, ids[d.key], links[n])
+                elif links[n]:
+                    revision, added, skipped = await _link_reused(conn, workspace, ids[d.key],
+                                                                  links[n])
+                    linked[d.key] = (added, skipped)
+                    if revision is not None:
+                        revisions[d.key] = revision
             except ArchiveError as exc:
                 raise rules.at_item(where, d.key, exc) from exc
         # 3. one projection operation per written card; activity; the receipt's items
@@ -469,10 +590,12 @@ class Workflow:
                                           "revision": revision})
             else:
                 revision = (await card_store.get(conn, cid)).revision
+            added, skipped = linked.get(d.key, ([], []))
             items.append(ReviewedItem(key=d.key, kind=stored[d.key].draft.kind,
                                       action=rules.DONE[action],
                                       card_id=card_id_str(cid), revision=revision,
-                                      family=bodies[n].family, title=bodies[n].title))
+                                      family=bodies[n].family, title=bodies[n].title,
+                                      links_added=added, links_not_written=skipped))
         return items, op_ids, projection
 
     # ---- solved-index ----
@@ -492,12 +615,13 @@ class Workflow:
         session_id = clean_session_id(session_id)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
-            receipt = await _reviewed(conn, session_id)
-            if receipt is None:
+            receipts = await _receipts(conn, session_id)
+            if not receipts:
                 raise NotFound(f"session {session_id!r} has no review receipt")
+            receipt = receipts[-1]
             results: list[SolvedIndexCard] = []
             all_ops: list[int] = []
-            for entry in receipt.projection:
+            for entry in (e for r in receipts for e in r.projection):
                 cid = parse_card_id(entry.card_id)
                 assert cid is not None
                 ops, exists = await outbox.requeue(conn, workspace, cid)
@@ -585,6 +709,38 @@ class Workflow:
                                 counts=_decision_counts(rows))
 
 
+async def _link_reused(conn: Connection, workspace: str, card_uuid: uuid.UUID,
+                       links: list[tuple[uuid.UUID, str]]) -> tuple[int | None, list[str], list[str]]:
+    """Write the approved ``links`` (resolved) of an addition that reuses ``card_uuid`` onto that
+    card, as a new revision of it (its other fields unchanged; the caller queues its projection
+    and records the activity): the links it lacks are added; one to a target it already links to
+    with another meaning is not written (a card links to a target once).
+
+    :returns: ``(new revision or None when nothing was added, targets added, links not written
+        with the reason)``.
+    """
+    card = await card_store.get(conn, card_uuid)
+    have = {parse_card_id(link.target): link.meaning for link in card.links}
+    added: list[tuple[uuid.UUID, str]] = []
+    skipped: list[str] = []
+    for target, meaning in links:
+        if target not in have:
+            added.append((target, meaning))
+            have[target] = meaning
+        elif have[target] != meaning:
+            skipped.append(f"{card_id_str(target)} ({meaning}): the card already links to it "
+                           f"as {have[target]!r}")
+    if not added:
+        return None, [], skipped
+    body = CardWrite(family=card.family, title=card.title, content=card.content,
+                     scope=card.scope, concepts=card.concepts, dependencies=card.dependencies,
+                     revision=card.revision)
+    current = [(parse_card_id(link.target), link.meaning) for link in card.links]
+    revision = await card_store.update(conn, workspace, card_uuid, body,
+                                       [(t, m) for t, m in current if t is not None] + added)
+    return revision, [card_id_str(t) for t, _ in added], skipped
+
+
 def _decision_record(row: store.StoredDecision) -> DecisionRecord:
     return DecisionRecord(card_id=card_id_str(row.card_id), decision=row.decision,  # type: ignore[arg-type]
                           decided_by=row.decided_by, decided_at=row.decided_at)
@@ -629,18 +785,19 @@ def _summary_item(s: _Stored, cards: dict[uuid.UUID, Card],
         problems=problems)
 
 
-def _show_review(items: list[SummaryItem], receipt: ReviewReceipt) -> None:
-    """A reviewed session is closed: each item shows what the review did (the receipt), not what
-    a review would do now (its own new cards would read as reuses)."""
+def _show_review(item: SummaryItem, receipt: ReviewReceipt) -> None:
+    """A reviewed proposal is closed: it shows what the review that covers it did (the receipt),
+    not what a review would do now (its own new cards would read as reuses)."""
     done = {i.key: i for i in receipt.items}
     todo: dict[str, rules.Action] = {past: action for action, past in rules.DONE.items()}
-    for item in items:
-        r = done.get(item.key)
-        item.reviewed = r.action if r is not None else "declined"
-        if r is not None:
-            item.action = todo[r.action]
-            item.card_id = r.card_id
-        item.stale, item.problems = False, []
+    r = done.get(item.key)
+    item.reviewed = r.action if r is not None else "declined"
+    if r is not None:
+        item.action = todo[r.action]
+        item.card_id = r.card_id
+    item.stale = False
+    item.problems = ["erased: the card it carried was deleted, and its content with it"] \
+        if item.erased else []
 
 
 async def _store_receipt(conn: Connection, principal: Principal, workspace: str,

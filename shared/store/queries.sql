@@ -629,8 +629,8 @@ RETURNING id;
 
 -- name: sessions_proposals_for_session
 -- The session's proposals in the order they were stored.
-SELECT key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest, created_at,
-       erased_at
+SELECT seq, key, kind, family, card_id, base_revision, reuse_card_id, proposal, digest,
+       created_at, erased_at
 FROM session_proposals
 WHERE session_id = %(session_id)s
 ORDER BY seq;
@@ -662,6 +662,43 @@ SET result = jsonb_set(r.result, '{items}', (
 WHERE r.result -> 'items' @> jsonb_build_array(jsonb_build_object('card_id', %(card_ref)s::text))
 RETURNING r.review_id;
 
+-- name: sessions_list
+-- The workspace's sessions with proposals, latest proposal first: additions and updates, the
+-- proposals still open (not covered by a review: a receipt covers the proposals up to its
+-- `through`, all of them when it has none), the open updates that are stale (card deleted, or
+-- moved past the revision drafted against), erased proposals, the first and last proposal time,
+-- who proposed, and the latest review if any. status: open (some proposal open), reviewed (some
+-- review), or all.
+WITH latest AS (
+    SELECT DISTINCT ON (session_id) session_id, review_id, outcome, reviewed_by, created_at
+    FROM review_receipts
+    ORDER BY session_id, created_at DESC, review_id DESC),
+listed AS (
+    SELECT p.session_id,
+           count(*) FILTER (WHERE p.kind = 'addition') AS additions,
+           count(*) FILTER (WHERE p.kind = 'update') AS updates,
+           count(*) FILTER (WHERE NOT x.reviewed AND p.kind = 'update' AND p.erased_at IS NULL
+                              AND (c.id IS NULL OR c.revision <> p.base_revision)) AS stale,
+           count(*) FILTER (WHERE p.erased_at IS NOT NULL) AS erased,
+           count(*) FILTER (WHERE NOT x.reviewed) AS open,
+           min(p.created_at) AS first_proposed_at, max(p.created_at) AS last_proposed_at,
+           array_agg(DISTINCT p.proposed_by ORDER BY p.proposed_by) AS proposed_by
+    FROM session_proposals p
+    CROSS JOIN LATERAL (
+        SELECT EXISTS (SELECT 1 FROM review_receipts r
+                       WHERE r.session_id = p.session_id
+                         AND (r.result ->> 'through' IS NULL
+                              OR p.seq <= (r.result ->> 'through')::bigint)) AS reviewed) x
+    LEFT JOIN cards c ON c.id = p.card_id
+    GROUP BY p.session_id)
+SELECT l.*, r.review_id, r.outcome, r.reviewed_by, r.created_at AS reviewed_at
+FROM listed l
+LEFT JOIN latest r USING (session_id)
+WHERE %(status)s = 'all' OR (%(status)s = 'open' AND l.open > 0)
+   OR (%(status)s = 'reviewed' AND r.review_id IS NOT NULL)
+ORDER BY l.last_proposed_at DESC, l.session_id
+LIMIT %(limit)s;
+
 -- name: sessions_proposals_count
 -- How many proposals the session holds.
 SELECT count(*) AS n FROM session_proposals WHERE session_id = %(session_id)s;
@@ -692,9 +729,11 @@ SELECT review_id, session_id, outcome, request_digest, result, created_at
 FROM review_receipts WHERE review_id = %(review_id)s;
 
 -- name: sessions_receipts_for_session
--- The receipt of the session's review (a session is reviewed once).
+-- The receipts of the session's reviews, oldest first (migration 020: a review leaves the
+-- proposals stored after its summary open, for a later review).
 SELECT review_id, session_id, outcome, request_digest, result, created_at
-FROM review_receipts WHERE session_id = %(session_id)s;
+FROM review_receipts WHERE session_id = %(session_id)s
+ORDER BY created_at, review_id;
 
 -- name: sessions_receipts_insert
 -- Store a review receipt, keyed by the review id (the idempotency key).

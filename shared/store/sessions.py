@@ -33,6 +33,8 @@ class StoredProposal(msgspec.Struct, frozen=True):
     card_id: uuid.UUID | None
     base_revision: int | None
     proposal: dict[str, Any]
+    #: the order the proposals were stored in (a summary's version names the last it shows)
+    seq: int = 0
     #: the existing card an addition reused when it was stored, if any
     reuse_card_id: uuid.UUID | None = None
     #: the proposal's content was erased with the card it carried (only key, kind and
@@ -56,9 +58,18 @@ async def session_proposals(conn: AsyncConnection, session_id: str) -> list[Stor
     cur = await conn.execute(Q.sessions_proposals_for_session, {"session_id": session_id})
     return [StoredProposal(key=r["key"], kind=r["kind"], family=r["family"],
                            card_id=r["card_id"], base_revision=r["base_revision"],
-                           proposal=r["proposal"], reuse_card_id=r["reuse_card_id"],
+                           proposal=r["proposal"], reuse_card_id=r["reuse_card_id"], seq=r["seq"],
                            erased=r["erased_at"] is not None)
             for r in await cur.fetchall()]
+
+
+async def list_sessions(conn: AsyncConnection, status: str, limit: int) -> list[dict[str, Any]]:
+    """The workspace's sessions with proposals, latest proposal first (``status``: ``open``,
+    ``reviewed`` or ``all``; at most ``limit``): rows ``{session_id, additions, updates, stale,
+    erased, first_proposed_at, last_proposed_at, proposed_by, review_id, outcome, reviewed_by,
+    reviewed_at}`` (the review's fields None when not reviewed)."""
+    cur = await conn.execute(Q.sessions_list, {"status": status, "limit": limit})
+    return list(await cur.fetchall())
 
 
 async def count_proposals(conn: AsyncConnection, session_id: str) -> int:
@@ -104,11 +115,11 @@ async def receipt(conn: AsyncConnection, review_id: str) -> StoredReceipt | None
     return _receipt(row)
 
 
-async def session_receipt(conn: AsyncConnection, session_id: str) -> StoredReceipt | None:
-    """The receipt of the session's review (a session is reviewed once), or None."""
-    row = await (await conn.execute(Q.sessions_receipts_for_session,
-                                    {"session_id": session_id})).fetchone()
-    return _receipt(row)
+async def session_receipts(conn: AsyncConnection, session_id: str) -> list[StoredReceipt]:
+    """The receipts of the session's reviews, oldest first (more than one when a review left the
+    proposals that arrived after its summary open)."""
+    cur = await conn.execute(Q.sessions_receipts_for_session, {"session_id": session_id})
+    return [r for row in await cur.fetchall() if (r := _receipt(row)) is not None]
 
 
 def _receipt(row: dict[str, Any] | None) -> StoredReceipt | None:
@@ -124,7 +135,7 @@ async def insert_receipt(conn: AsyncConnection, workspace_id: str, *, review_id:
     """Store a review receipt (``result``: the receipt, JSON builtins; ``digest``: of the review
     request). Receipts are append-only.
 
-    :raises psycopg.errors.UniqueViolation: the review id or the session has a receipt already.
+    :raises psycopg.errors.UniqueViolation: the review id has a receipt already.
     """
     await conn.execute(Q.sessions_receipts_insert, {
         "workspace": workspace_id, "review_id": review_id, "session_id": session_id,

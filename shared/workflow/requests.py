@@ -114,12 +114,16 @@ class ReviewSelection(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=
 
 class ReviewRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """Body of ``POST .../sessions/{session_id}/review``: ``review_id`` (idempotency key) and
-    either the selected proposals or ``decline_all: true``."""
+    either the selected proposals or ``decline_all: true``. ``version``: the summary's version the
+    review was made on (``Summary.version``); proposals stored after it stay open (neither
+    applied nor declined), and a summary that changed otherwise since is a 409. Without it the
+    review covers every open proposal."""
 
     review_id: Annotated[str, Meta(min_length=1, max_length=200)]
     selected: Annotated[list[ReviewSelection], Meta(max_length=MAX_SESSION_PROPOSALS)] = []
     decline_all: bool = False
     note: Annotated[str, Meta(max_length=2000)] = ""
+    version: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
 
 
 class CardDecision(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

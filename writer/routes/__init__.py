@@ -23,7 +23,7 @@ from shared.archive.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.routes.memory import MemoryController
 from writer.routes.schema_changes import SchemaChangeController
-from writer.routes.sessions import SessionController
+from writer.routes.sessions import SessionController, list_sessions
 
 WORKSPACE_PATH = "/api/workspaces/{workspace_id:str}"
 
@@ -53,7 +53,8 @@ def workspace_router() -> Router:
     app: Litestar binds a router to the app that registers it)."""
     return Router(
         WORKSPACE_PATH,
-        route_handlers=[MemoryController, SessionController, SchemaChangeController],
+        route_handlers=[MemoryController, SessionController, list_sessions,
+                        SchemaChangeController],
         guards=[authorize, reject_unknown_query],
         security=[{"bearer": []}],
         dependencies={"archive": Provide(provide_archive),

@@ -12,17 +12,36 @@ unchanged, with the header ``Idempotent-Replayed: true``.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
 from shared.auth import Principal
 from shared.archive.responses import (ProposeResult, ReviewReceipt, SessionDecisions,
-                                     SolvedIndexResult, Summary)
+                                     SessionList, SolvedIndexResult, Summary)
 from shared.workflow.requests import DecideRequest, ProposeRequest, ReviewRequest
 from shared.archive.sessions import Workflow
 from writer.problems import PROBLEM_RESPONSES
 from writer.routes.params import SessionId, WorkspaceId, replayed
+
+
+@get("/sessions", responses=PROBLEM_RESPONSES, summary="The sessions to review",
+     tags=["workflow"], opt={"permission": ("memory.propose", "memory.review")})
+async def list_sessions(
+    workflow: NamedDependency[Workflow], principal: NamedDependency[Principal],
+    workspace_id: FromPath[WorkspaceId],
+    status: FromQuery[Annotated[Literal["open", "reviewed", "all"], Parameter(
+        description="open (not reviewed yet), reviewed, or all")]] = "open",
+    limit: FromQuery[Annotated[int, Parameter(ge=1, le=500)]] = 100,
+) -> SessionList:
+    """The workspace's sessions with proposals, latest proposal first: ``{status, limit,
+    sessions: [{session_id, additions, updates, stale, erased, first_proposed_at,
+    last_proposed_at, proposed_by: [actor], reviewed, review_id, outcome, reviewed_by,
+    reviewed_at}]}``. Errors: 400 unknown query parameter or bad ``status``/``limit``; 403
+    without ``memory.propose`` or ``memory.review``; 401, 404."""
+    return await workflow.sessions(principal, workspace_id, status, limit)
 
 
 class SessionController(Controller):
@@ -78,7 +97,9 @@ class SessionController(Controller):
         answers the durable receipt ``{review_id, session_id, outcome, items: [{key, action
         (created|updated|reused), card_id, revision}], declined, projection}``. The same
         ``review_id`` again answers the same receipt and writes nothing (header
-        ``Idempotent-Replayed: true``). Errors: 409 ``stale_revision`` (``item`` names the
+        ``Idempotent-Replayed: true``). ``version`` (optional): the summary's ``version`` the
+        review was made on; proposals stored after it stay open (receipt ``open``), and a
+        summary changed otherwise since is a 409 ``summary_changed`` (reload it). Errors: 409 ``stale_revision`` (``item`` names the
         update; nothing written), 422 invalid link, unselected proposal, edit of the approved
         SQL, 409 review id reused for another request or session already reviewed, 404; 403
         without ``memory.review`` (a token that only proposes cannot apply a review)."""

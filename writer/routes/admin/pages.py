@@ -49,6 +49,12 @@ class Person:
         return self.principal.allows("memory.manage")
 
     @property
+    def can_review(self) -> bool:
+        """May review workflow sessions (``memory.review``): the review pages are shown only
+        then."""
+        return self.principal.allows("memory.review")
+
+    @property
     def token_id(self) -> str:
         return self.principal.actor.removeprefix("token:")
 
@@ -92,6 +98,15 @@ class Urls:
 
     def pending_retry_all(self) -> str:
         return f"{self.base}/pending/retry-all"
+
+    def sessions(self, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/sessions" + (f"?{urlencode(q)}" if q else "")
+
+    def session(self, session_id: str, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/sessions/{quote(session_id, safe='')}" + (
+            f"?{urlencode(q)}" if q else "")
 
 
 def sessions(request: Request) -> BrowserSessions:
