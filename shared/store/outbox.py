@@ -227,6 +227,16 @@ async def forget_projections(conn: AsyncConnection, card_ids: list[uuid.UUID]) -
     await conn.execute(Q.outbox_projection_forget, {"ids": card_ids})
 
 
+async def forget_all_projections(conn: AsyncConnection) -> None:
+    """Drop every recorded projection of the workspace (its collection was lost)."""
+    await conn.execute(Q.outbox_projection_forget_all)
+
+
+async def any_projection(conn: AsyncConnection) -> bool:
+    """Whether the workspace has any recorded projection."""
+    return (await (await conn.execute(Q.outbox_projection_any)).fetchone())["recorded"]
+
+
 async def projection_state(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, Any] | None:
     """``{revision, projected_revision, projected_format}`` of a card, or None when it is gone."""
     return await (await conn.execute(Q.outbox_projection_state, {"card_id": card_uuid})).fetchone()
