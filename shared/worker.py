@@ -62,9 +62,10 @@ async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> 
         _database_down(ctx, exc)
         return {"error": "database_unavailable"}
     _database_up(ctx)
-    if report.errors:
-        log.warning("projection in %s left %d operation(s) pending: %s", workspace,
-                    report.failed, report.errors[0])
+    if report.errors:  # a wait for a rebuild (nothing leased) is said at each sweep: not a warning
+        (log.warning if report.leased else log.debug)(
+            "projection in %s left %d operation(s) pending: %s", workspace, report.failed,
+            report.errors[0])
     return report.__dict__
 
 
