@@ -10,9 +10,9 @@ templates in ``templates/``.
 
 from __future__ import annotations
 
-from datasette import hookimpl
+from datasette import Forbidden, hookimpl
 
-from . import access, config, errors, views
+from . import access, config, errors, sign_in, views
 
 
 @hookimpl
@@ -33,6 +33,14 @@ def permission_allowed(datasette, actor, action, resource):
 def handle_exception(datasette, request, exception):
     # Every exception gets the explorer's error page (Datasette's fallback is retired at start-up).
     return errors.error_response(datasette, request, exception)
+
+
+@hookimpl
+def forbidden(datasette, request, message):
+    # Datasette's used or wrong root link: the explorer's page, with the command for a new link.
+    if request.path in sign_in.SIGN_IN_PATHS:
+        return errors.error_response(datasette, request, Forbidden(message))
+    return None
 
 
 @hookimpl

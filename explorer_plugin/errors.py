@@ -15,12 +15,13 @@ from datasette.utils.asgi import Base400
 
 from shared.errors import ArchiveError, BadRequest, InvalidInput
 
-from . import render
+from . import render, sign_in
 from .export import json_response
 
 log = logging.getLogger("memarc.explorer")
 
-TITLES = {400: "Invalid request", 403: "Forbidden", 404: "Not found", 409: "Conflict",
+TITLES = {400: "Invalid request", 401: "Not signed in", 403: "Forbidden", 404: "Not found",
+          409: "Conflict",
           503: "Service unavailable"}
 
 
@@ -67,6 +68,8 @@ async def error_response(datasette: Any, request: Any, exc: BaseException) -> Re
     exception is a 500 that says nothing of its cause, its traceback logged on
     ``memarc.explorer``."""
     error = _describe(exc)
+    if request.path in sign_in.SIGN_IN_PATHS and error.status in (401, 403):
+        error.page["sign_in_command"] = sign_in.command(request)
     if error.unexpected:
         log.error("explorer error on %s", request.path, exc_info=exc)
     if request.path.split("?")[0].endswith(".json"):

@@ -21,9 +21,12 @@ SINGLE_FILTERS = ("database", "schema", "table", "column")
 #: The card list's own parameters (Datasette's ``_`` options come on top).
 LIST_PARAMETERS = frozenset({"q", "family", "origin", "concepts", "updated_after",
                              "updated_before", *SINGLE_FILTERS})
+#: Old names of filters, still accepted but neither shown nor documented: old -> the one name
+#: the API, the explorer, the CLI and MCP share (tests/test_filter_names.py).
+ALIASES = {"concept": "concepts"}
 #: Filters of the activity log (``outcome`` is a prefix).
 ACTIVITY_FILTERS = ("verb", "card_id", "outcome")
-#: Text filters of the recall form, besides ``concept``.
+#: Text filters of the recall form, besides ``concepts``.
 RECALL_FILTERS = ("scope", *SINGLE_FILTERS)
 
 
@@ -49,9 +52,16 @@ def integer(request: Any, name: str, default: int, lo: int, hi: int) -> int:
     return value
 
 
+def _given(request: Any, name: str) -> list[str]:
+    """The raw values of ``name`` and of its old names (:data:`ALIASES`), in that order."""
+    names = [name, *(old for old, new in ALIASES.items() if new == name)]
+    return [v for n in names for v in request.args.getlist(n)]
+
+
 def values(request: Any, name: str) -> list[str]:
-    """Every non-empty value of a repeated parameter, stripped, de-duplicated, in order."""
-    return list(dict.fromkeys(v.strip() for v in request.args.getlist(name) if v.strip()))
+    """Every non-empty value of a repeated parameter (or of its old name), stripped,
+    de-duplicated, in order."""
+    return list(dict.fromkeys(v.strip() for v in _given(request, name) if v.strip()))
 
 
 def _size_given(request: Any) -> bool:
@@ -83,8 +93,8 @@ def list_query(request: Any) -> tuple[ListQuery, bool]:
     :raises InvalidInput: an unknown parameter (a misspelt filter must not silently show every
         card, as the API refuses it too), or a bad value.
     """
-    unknown = sorted({name for name in request.args
-                      if name not in LIST_PARAMETERS and not name.startswith("_")})
+    unknown = sorted({name for name in request.args if name not in LIST_PARAMETERS
+                      and name not in ALIASES and not name.startswith("_")})
     if unknown:
         raise InvalidInput(f"unknown parameter(s) {', '.join(unknown)}; the card list takes "
                            f"{', '.join(sorted(LIST_PARAMETERS))} and Datasette's _ options",
@@ -124,23 +134,23 @@ def activity_filters(request: Any) -> dict[str, str | None]:
 
 
 def concepts(request: Any) -> list[str]:
-    """The recall form's concept filters: ``concept`` repeated, each value possibly a
-    comma-separated list (the card list's parameter is ``concepts``, one value each)."""
-    found = (c.strip() for v in request.args.getlist("concept") for c in v.split(","))
+    """The recall form's concept filters: ``concepts`` (or its old name ``concept``) repeated,
+    each value possibly a comma-separated list (the card list takes one concept a value)."""
+    found = (c.strip() for v in _given(request, "concepts") for c in v.split(","))
     return list(dict.fromkeys(c for c in found if c))
 
 
 def recall_form(request: Any) -> dict[str, Any]:
     """The recall form's values as typed, to show them again: ``q``, ``mode`` (default
     ``search``), ``top`` (default ``"10"``, unchecked), ``family`` (list), ``scope``,
-    ``concept`` (comma-separated) and the four dependency levels."""
+    ``concepts`` (comma-separated) and the four dependency levels."""
     return {
         "q": text(request, "q"),
         "mode": text(request, "mode", "search"),
         "top": text(request, "top", "10"),
         "family": values(request, "family"),
         "scope": text(request, "scope"),
-        "concept": ", ".join(concepts(request)),
+        "concepts": ", ".join(concepts(request)),
         **{name: text(request, name) for name in SINGLE_FILTERS},
     }
 

@@ -20,7 +20,7 @@ from shared.errors import Forbidden, IndexUnavailable, InvalidInput, Unavailable
 from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MODES, ORIGINS, Card,
                            RecallResponse, SearchRequest)
 
-from . import access, export, paging, params, render, resources, urls
+from . import access, export, paging, params, render, resources, sign_in, urls
 
 
 _WS = r"(?P<workspace>[^/.]+)"
@@ -45,7 +45,8 @@ async def workspaces_view(datasette: Any, request: Any) -> Response:
     if fmt == "csv":
         return export.csv_response(request, "workspaces.csv", export.WORKSPACES, workspaces)
     return await render.page(datasette, request, "memarc_workspaces.html",
-                             {"workspaces": workspaces}, depth=1)
+                             {"workspaces": workspaces,
+                              "sign_in_command": sign_in.command(request)}, depth=1)
 
 
 async def cards_view(datasette: Any, request: Any) -> Response:
@@ -232,6 +233,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
 ROUTES: list[tuple[str, Any]] = [
     (r"^/$", home_view),
     (r"^/-/memory(\.(?P<format>json|csv))?$", workspaces_view),
+    (r"^/-/memory/sign-in$", sign_in.sign_in_view),
     (rf"^/-/memory/{_WS}/-/pending(\.(?P<format>json|csv))?$", pending_view),
     (rf"^/-/memory/{_WS}/-/recall$", recall_view),
     (rf"^/-/memory/{_WS}/-/activity(\.(?P<format>json|csv))?$", activity_view),

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import msgspec
 
@@ -158,9 +158,19 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("MEMARC_DATABASE_URL", "database_url",
             "runtime PostgreSQL login (libpq URL); unset: embedded pgserver under the data dir"),
+    Setting("MEMARC_DATABASE_HOST", None,
+            "PostgreSQL host of the runtime login when MEMARC_DATABASE_URL is unset: with "
+            "MEMARC_DATABASE_PORT, _NAME, _USER and _PASSWORD_FILE it makes the login's URL; "
+            "unset: none (the URL, or embedded pgserver)"),
+    Setting("MEMARC_DATABASE_PORT", None,
+            "PostgreSQL port, with MEMARC_DATABASE_HOST; unset: libpq's (5432)", None, _positive),
+    Setting("MEMARC_DATABASE_NAME", None,
+            "PostgreSQL database, with MEMARC_DATABASE_HOST; unset: libpq's (the user's name)"),
+    Setting("MEMARC_DATABASE_USER", None,
+            "PostgreSQL user, with MEMARC_DATABASE_HOST; unset: libpq's (the OS user)"),
     Setting("MEMARC_DATABASE_PASSWORD_FILE", None,
             "password for the runtime login, read from a file (only when MEMARC_DATABASE_URL "
-            "is set); unset: none"),
+            "or MEMARC_DATABASE_HOST is set); unset: none"),
     Setting("MEMARC_MIGRATOR_DATABASE_URL", "migrator_database_url",
             "login used by `migrate` and bootstrap commands; unset: MEMARC_DATABASE_URL"),
     Setting("MEMARC_MIGRATOR_PASSWORD_FILE", None,
@@ -224,8 +234,9 @@ SETTINGS: tuple[Setting, ...] = (
             "longest text the privacy filter accepts; a longer card fails its projection "
             "(closed)", 500_000, _int),
     Setting("MEMARC_METRICS_TOKEN_FILE", "metrics_token",
-            "a file holding the bearer token `GET /metrics` then requires (a file that cannot "
-            "be read or holds no token is refused); unset: `/metrics` is open", None,
+            "a file holding the bearer token `GET /metrics` then requires, and with which its "
+            "queue series are per workspace (a file that cannot be read or holds no token is "
+            "refused); unset: `/metrics` is open and names no workspace", None,
             _token_file),
     Setting("MEMARC_ADMIN_SESSION_HOURS", "admin_session_hours",
             "longest life of a sign-in to the administration pages, in hours", 12.0, _float),
@@ -241,12 +252,38 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
+def _database_url(read: Mapping[str, object]) -> str | None:
+    """The runtime login's URL: ``MEMARC_DATABASE_URL``, else one made of
+    ``MEMARC_DATABASE_HOST`` / ``_PORT`` / ``_NAME`` / ``_USER`` (``postgresql://user@host:port/
+    name``, each part quoted), else None.
+
+    :raises ValueError: both the URL and a part are set, or a part without the host.
+    """
+    parts = {k: read[f"MEMARC_DATABASE_{k}"] for k in ("HOST", "PORT", "NAME", "USER")}
+    given = [f"MEMARC_DATABASE_{k}" for k, v in parts.items() if v is not None]
+    if read["MEMARC_DATABASE_URL"] is not None:
+        if given:
+            raise ValueError(f"set MEMARC_DATABASE_URL or {', '.join(given)}, not both")
+        return read["MEMARC_DATABASE_URL"]  # type: ignore[return-value]
+    if not given:
+        return None
+    host = parts["HOST"]
+    if host is None:
+        raise ValueError(f"{', '.join(given)} need MEMARC_DATABASE_HOST")
+    netloc = f"[{host}]" if ":" in str(host) else str(host)
+    if parts["PORT"] is not None:
+        netloc += f":{parts['PORT']}"
+    if parts["USER"] is not None:
+        netloc = f"{quote(str(parts['USER']), safe='')}@{netloc}"
+    return f"postgresql://{netloc}/{quote(str(parts['NAME'] or ''), safe='')}"
+
+
 def _with_password(url: str | None, password_file: str | None) -> str | None:
     if not url or not password_file:
         return url
     password = Path(password_file).read_text(encoding="utf-8").strip()
     parts = urlsplit(url)
-    user = parts.username or ""
+    user = unquote(parts.username or "")  # urlsplit leaves it percent-encoded
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
@@ -258,12 +295,16 @@ def _with_password(url: str | None, password_file: str | None) -> str | None:
 
 def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Read settings from ``env`` (default ``os.environ``): every row of :data:`SETTINGS`, an
-    unset or empty variable giving the row's default. A login URL is completed with the password
-    read from its password file (``MEMARC_DATABASE_PASSWORD_FILE``,
-    ``MEMARC_MIGRATOR_PASSWORD_FILE``; not read without the URL), and the migrator login is the
-    runtime one when unset. Keyword overrides win (taken as given).
+    unset or empty variable giving the row's default. The runtime login is
+    ``MEMARC_DATABASE_URL`` or, unset, made of ``MEMARC_DATABASE_HOST`` / ``_PORT`` / ``_NAME`` /
+    ``_USER`` (:func:`_database_url`). A login URL is completed with the password read from its
+    password file (``MEMARC_DATABASE_PASSWORD_FILE``, ``MEMARC_MIGRATOR_PASSWORD_FILE``; not read
+    without the URL), and the migrator login is the runtime one when unset. Keyword overrides
+    win (taken as given).
 
     :raises ValueError: a numeric variable is not a number (or not positive where it must be),
+        MEMARC_DATABASE_URL together with MEMARC_DATABASE_HOST (or its parts), a part without
+        the host,
         MEMARC_INDEX_ENGINE (or an ``index_engine`` override) is unknown, or
         MEMARC_METRICS_TOKEN_FILE cannot be read or is empty.
     :raises OSError: a password or API key file cannot be read.
@@ -271,7 +312,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
     e = os.environ if env is None else env
     read = {row.variable: row.read(e) for row in SETTINGS}
     values = {row.field: read[row.variable] for row in SETTINGS if row.field is not None}
-    values["database_url"] = _with_password(read["MEMARC_DATABASE_URL"],
+    values["database_url"] = _with_password(_database_url(read),
                                             read["MEMARC_DATABASE_PASSWORD_FILE"])
     values["migrator_database_url"] = _with_password(
         read["MEMARC_MIGRATOR_DATABASE_URL"], read["MEMARC_MIGRATOR_PASSWORD_FILE"]

@@ -12,12 +12,14 @@ each must count its own requests without a duplicate-registration error). What i
 - ``memarc_index_info``: the index engine and projection format of the process;
 - the projection queue, read from PostgreSQL at scrape time (:class:`QueueFigures`, passed to
   :meth:`Metrics.exposition`), so any writer reports the figures of every worker:
-  ``memarc_projection_operations`` by workspace and status, ``memarc_projection_oldest_pending_seconds``
-  by workspace, and ``memarc_projection_lag_seconds``, a histogram of the time from the saving
-  transaction to the completed projection of every done operation; and ``memarc_database_up``.
+  ``memarc_projection_operations`` by status, ``memarc_projection_oldest_pending_seconds``, and
+  ``memarc_projection_lag_seconds``, a histogram of the time from the saving transaction to the
+  completed projection of every done operation; and ``memarc_database_up``. The first two are
+  totals over every workspace, or per workspace (a ``workspace`` label) when ``/metrics``
+  requires its token: an open scrape names no workspace id (issue 25, case 7).
 
-Labels carry route templates, methods, statuses, stage names and workspace ids only: never card
-content, queries or tokens.
+Labels carry route templates, methods, statuses, stage names and (behind the token) workspace
+ids only: never card content, queries or tokens.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class WorkspaceQueue:
     """One workspace's projection operations: how many per status, and the age in seconds of
     its oldest pending or running one (None when it has none)."""
 
-    workspace: str
+    #: the workspace id; None for the totals over every workspace
+    workspace: str | None
     by_status: dict[str, int] = field(default_factory=dict)
     oldest_pending_seconds: float | None = None
 
@@ -100,10 +103,16 @@ class Metrics:
             if child is not None:
                 child.observe(seconds)
 
-    def exposition(self, queue: QueueFigures | None) -> bytes:
+    def exposition(self, queue: QueueFigures | None, per_workspace: bool = False) -> bytes:
         """The Prometheus text format (0.0.4) of this registry, followed by the queue figures
         read at this scrape (``None``: PostgreSQL could not be reached or its schema is not
-        migrated; ``memarc_database_up`` is then 0 and the queue families are absent)."""
+        migrated; ``memarc_database_up`` is then 0 and the queue families are absent).
+
+        ``per_workspace``: the queue series carry a ``workspace`` label, one per workspace; when
+        false they are totals over every workspace, without the label, so that a scrape names
+        no workspace id (the writer asks for them only when ``/metrics`` requires its token)."""
+        if queue is not None and not per_workspace:
+            queue = _totals(queue)
         return generate_latest(_Scrape(self.registry, list(_queue_families(queue))))  # type: ignore[arg-type]
 
 
@@ -118,6 +127,19 @@ class _Scrape:
         yield from self.extra
 
 
+def _totals(queue: QueueFigures) -> QueueFigures:
+    """The figures summed over every workspace, as one unnamed "workspace" (``workspace=None``):
+    operations per status added up, the oldest pending age the largest of them."""
+    total = WorkspaceQueue(workspace=None)
+    for ws in queue.workspaces:
+        for status, n in ws.by_status.items():
+            total.by_status[status] = total.by_status.get(status, 0) + n
+        if ws.oldest_pending_seconds is not None:
+            total.oldest_pending_seconds = max(total.oldest_pending_seconds or 0.0,
+                                               ws.oldest_pending_seconds)
+    return QueueFigures(workspaces=[total], lag_buckets=queue.lag_buckets, lag_sum=queue.lag_sum)
+
+
 def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
     up = GaugeMetricFamily("memarc_database_up", "1 when this scrape read the projection queue "
                            "from PostgreSQL, 0 when it could not: PostgreSQL could not be "
@@ -126,16 +148,18 @@ def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
     yield up
     if queue is None:
         return
-    ops = GaugeMetricFamily("memarc_projection_operations", "Projection operations by workspace "
-                            "and status (read from PostgreSQL at scrape time)",
-                            labels=("workspace", "status"))
+    named = [] if queue.workspaces and queue.workspaces[0].workspace is None else ["workspace"]
+    ops = GaugeMetricFamily("memarc_projection_operations", "Projection operations by status "
+                            "(and workspace, when /metrics requires its token), read from "
+                            "PostgreSQL at scrape time", labels=(*named, "status"))
     oldest = GaugeMetricFamily("memarc_projection_oldest_pending_seconds", "Age of the oldest "
-                               "pending or running projection operation of a workspace (0 when "
-                               "none)", labels=("workspace",))
+                               "pending or running projection operation (of a workspace, when "
+                               "/metrics requires its token; 0 when none)", labels=named)
     for ws in queue.workspaces:
+        label = [ws.workspace] if named else []
         for status in OPERATION_STATUSES:
-            ops.add_metric([ws.workspace, status], ws.by_status.get(status, 0))
-        oldest.add_metric([ws.workspace], ws.oldest_pending_seconds or 0.0)
+            ops.add_metric([*label, status], ws.by_status.get(status, 0))
+        oldest.add_metric(label, ws.oldest_pending_seconds or 0.0)
     lag = HistogramMetricFamily("memarc_projection_lag_seconds", "Time from the transaction that "
                                 "queued a projection operation to its completion, over every done "
                                 "operation (read from PostgreSQL at scrape time)")

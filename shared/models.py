@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import Meta
 
+from shared.enum_errors import with_allowed
 from shared.errors import InvalidInput
 
 # ---- bounds (each named in the 422 that enforces it) ----
@@ -55,6 +56,12 @@ MODES: tuple[str, ...] = get_args(Mode)
 #: What an import does with a line whose key is already a card's key in the workspace.
 OnConflict = Literal["skip", "update"]
 ON_CONFLICT: tuple[str, ...] = get_args(OnConflict)
+#: how an import treats a line's provenance: ``import`` (the default) writes ``import`` or
+#: ``manual`` cards and refuses a line that claims a review (origin ``workflow``, or a source
+#: naming a session or decisions); ``restore`` keeps origin and source as written, for a file
+#: that ``export`` wrote from this archive (issue 25, case 8)
+ImportMode = Literal["import", "restore"]
+IMPORT_MODES: tuple[str, ...] = get_args(ImportMode)
 #: The orders of a card listing (API, CLI, explorer); :mod:`shared.store.listing` maps each to
 #: its column and default direction.
 Sort = Literal["updated", "created", "title", "family"]
@@ -313,11 +320,15 @@ class ExpansionSummary(msgspec.Struct):
 
 class RecallResponse(msgspec.Struct):
     """Recall response; ``excluded`` counts index hits dropped by verification, ``expansion``
-    says how link expansion went (and whether a budget cut it short)."""
+    says how link expansion went (and whether a budget cut it short). ``not_indexed``: how many
+    of the workspace's cards were saved but are not indexed yet (their projection is pending,
+    running or failed), which no recall can return until the worker indexes them: 0 when the
+    index is up to date; a caller should say that the answer may be incomplete otherwise."""
 
     results: list[RecallResult]
     excluded: int
     expansion: ExpansionSummary
+    not_indexed: int = 0
 
 
 def reject_nul(text: str | None, field: str) -> None:
@@ -443,7 +454,7 @@ def decode_json(data: bytes, type_: Any) -> Any:
     try:
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc)) from exc
+        raise InvalidInput(with_allowed(str(exc), type_)) from exc
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}") from exc
 
@@ -451,9 +462,9 @@ def decode_json(data: bytes, type_: Any) -> Any:
 def convert(obj: Any, type_: Any) -> Any:
     """Validate an already-decoded object into ``type_``.
 
-    :raises InvalidInput: wrong shape or out of bounds.
+    :raises InvalidInput: wrong shape or out of bounds (an enum error lists the allowed values).
     """
     try:
         return msgspec.convert(obj, type=type_)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc)) from exc
+        raise InvalidInput(with_allowed(str(exc), type_)) from exc

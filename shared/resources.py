@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from shared.archive.cards import Archive
+from shared.archive.cards import Archive, metrics_outage_log
 from shared.config import Settings
 from shared.errors import DatabaseUnavailable
 from shared.index.embedding import Embedder
@@ -20,7 +20,7 @@ from shared.index.qdrant import QdrantClientEngine
 from shared.metrics import Metrics
 from shared.models import PROJECTION_FORMAT
 from shared.privacy import PrivacyFilter
-from shared.projection.queue import ProjectionQueue
+from shared.projection.queue import OutageLog, ProjectionQueue
 from shared.store.database import Database
 from shared.store.outbox import check_projection_format
 
@@ -48,8 +48,10 @@ def index_engine_name(settings: Settings) -> str:
 @dataclass
 class Resources:
     """What one process opens once and shares: database pool, queue, index, embedder, the
-    privacy filter applied to everything sent to the embedder or the index, and the process's
-    metrics (:class:`~shared.metrics.Metrics`, a registry of its own per set of resources)."""
+    privacy filter applied to everything sent to the embedder or the index, the process's
+    metrics (:class:`~shared.metrics.Metrics`, a registry of its own per set of resources) and
+    the log of the database outages they meet (logged once per outage, whichever archive of
+    the process reads them)."""
 
     settings: Settings
     db: Database
@@ -58,6 +60,7 @@ class Resources:
     embedder: Embedder | None
     privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
     metrics: Metrics = field(default_factory=Metrics)
+    metrics_outage: OutageLog = field(default_factory=metrics_outage_log)
 
     @classmethod
     async def open(cls, settings: Settings, *, with_index: bool = True,
@@ -67,7 +70,7 @@ class Resources:
         :raises SchemaOutdated: the database is not migrated. :raises DatabaseUnavailable.
         """
         if not settings.database_url:
-            raise ValueError("MEMARC_DATABASE_URL is not set")
+            raise ValueError("MEMARC_DATABASE_URL (or MEMARC_DATABASE_HOST) is not set")
         db = Database(settings.database_url, settings.db_schema,
                       max_size=settings.db_pool_size, timeout=settings.db_pool_timeout_seconds,
                       lock_timeout=settings.lock_timeout_seconds)
@@ -94,12 +97,13 @@ class Resources:
         (``.workflow``) and the schema-change cleanup (``.schema_changes``) over the same
         database and queue. Recall sends its query and filter values through :attr:`privacy`,
         the filter that projection uses (``MEMARC_PRIVACY_MAX_CHARS``), and observes its stages
-        in :attr:`metrics`. A new, cheap object per
-        call (it holds references only); without an index or embedder, recall raises
+        in :attr:`metrics`. A new, cheap object per call that holds no state of its own (only
+        references to these resources, :attr:`metrics_outage` included), so it follows a
+        resource replaced since; without an index or embedder, recall raises
         :class:`~shared.errors.IndexUnavailable` / :class:`~shared.errors.EmbedderUnavailable`.
         """
-        return Archive(self.settings, self.db, self.queue, self.index, self.embedder,
-                       privacy=self.privacy, metrics=self.metrics)
+        return Archive(self.db, self.queue, self.index, self.embedder, privacy=self.privacy,
+                       metrics=self.metrics, metrics_outage=self.metrics_outage)
 
     async def close(self) -> None:
         """Close everything opened."""

@@ -6,13 +6,15 @@ operations that are pending, or running with an expired lease, so a lost job (Re
 killed worker) is picked up again. The sweep also drops the index collection of each workspace
 removed by ``memarc workspace delete`` (:func:`drop_removed_collections`): that command runs in
 another process, with the migrator login, and cannot open an embedded index that ``memarc up``
-holds.
+holds. Once an hour it purges the administration's ended browser sessions and used sign-in
+links (:func:`purge_admin_sessions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -25,11 +27,16 @@ from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, Outag
 from shared.projection.rebuild import rebuild_index
 from shared.errors import ArchiveError, DatabaseUnavailable
 from shared.resources import Resources
-from shared.store import outbox, rebuilds, workspaces
+from shared.store import admin_sessions, outbox, rebuilds, workspaces
 
 log = logging.getLogger(__name__)
 
 SWEEP_BATCH = 1000
+#: seconds between two purges of ended administration sessions (the first at the worker's start)
+PURGE_EVERY_SECONDS = 3600.0
+#: hours an ended session's row, and a used or expired sign-in link's, is kept before the purge
+#: (meanwhile a browser still holding such a cookie is told why it is signed out)
+PURGE_GRACE_HOURS = 24.0
 
 
 def _database_down(ctx: dict[str, Any], exc: DatabaseUnavailable) -> None:
@@ -156,6 +163,29 @@ async def check_collections(ctx: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+async def purge_admin_sessions(ctx: dict[str, Any]) -> tuple[int, int] | None:
+    """Delete, in every workspace, the administration's browser sessions that ended (signed
+    out, past their expiry, or their token revoked or expired) and the one-time sign-in links used
+    or expired, more than :data:`PURGE_GRACE_HOURS` ago, when :data:`PURGE_EVERY_SECONDS` have
+    passed since the last purge of this worker (``ctx["session_purge"]``, a dict built with the
+    worker, so every job shares it); returns ``(sessions, links)`` deleted, or None when it was
+    not due.
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached (the next sweep tries again).
+    """
+    state = ctx["session_purge"]
+    now = time.monotonic()
+    if now < state.get("due", 0.0):
+        return None
+    async with ctx["resources"].db.transaction(None) as conn:
+        purged = await admin_sessions.purge_ended(conn, PURGE_GRACE_HOURS * 3600)
+    state["due"] = now + PURGE_EVERY_SECONDS
+    if any(purged):
+        log.info("purged %d ended administration session(s) and %d used or expired sign-in "
+                 "link(s)", *purged)
+    return purged
+
+
 async def _sweep(ctx: dict[str, Any]) -> int:
     res: Resources = ctx["resources"]
     redis = ctx["redis"]
@@ -166,6 +196,7 @@ async def _sweep(ctx: dict[str, Any]) -> int:
         open_rebuilds = await rebuilds.open_rebuilds(conn)
     _database_up(ctx)
     await drop_removed_collections(res)
+    await purge_admin_sessions(ctx)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
                                 _job_id=rebuild_job_id(row["rebuild_id"], row["expired_lease"]))
@@ -328,7 +359,7 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
         queue_name=QUEUE_NAME,
         ctx={"resources": resources,
              "database_outage": OutageLog(log, "PostgreSQL is back; projection resumes"),
-             "index_check": {"next": 0.0}},
+             "index_check": {"next": 0.0}, "session_purge": {}},
         burst=burst,
         max_jobs=max_jobs or s.worker_jobs,
         handle_signals=handle_signals,

@@ -393,3 +393,226 @@ async def test_a_token_without_memory_manage_is_told_what_it_holds(make_env):
         text = re.sub(r"\s+", " ", page.text)
         assert "Your token holds <code>memory.review</code>: it cannot edit cards." in text
         assert "allows recall only" not in text and "New card" not in text
+
+
+SCHEMA_CHANGES = f"{ADMIN}/schema-changes"
+HOSTILE = '<script>alert(1)</script>" onmouseover="alert(2)'
+
+
+async def recorded_run(env, run_id: str = "sync-1", table: str = "orders") -> tuple[dict, dict]:
+    """Workspace acme with a card depending on ``shop.public.<table>`` and a run recorded (phase
+    ``recorded``: nothing deleted yet) that removes that table. Returns (manage headers, schema
+    headers)."""
+    env.workspace("acme")
+    manager, schema = env.token("acme"), env.token("acme", "memory.schema")
+    r = await env.client.post(API, headers=manager, json={
+        "family": "sql_rule", "title": f"Rule on {table}", "content": {"rule": "R."},
+        "dependencies": [{"database": "shop", "schema": "public", "table": table}]})
+    assert r.status_code == 201, r.text
+    r = await env.client.post("/api/workspaces/acme/schema-changes/record", headers=schema, json={
+        "run_id": run_id, "database": "shop", "schema": "public", "removed_tables": [table]})
+    assert r.status_code == 201, r.text
+    return manager, schema
+
+
+def run_state(env, run_id: str = "sync-1") -> tuple[str, bool, int]:
+    """(status, whether its cards are deleted, cards left in acme) of a run."""
+    status, deleted = psycopg_row(env, "SELECT status, cards_deleted_at IS NOT NULL FROM "
+                                       "memory.schema_change_runs WHERE run_id = %s", run_id)
+    return status, deleted, env.scalar("SELECT count(*) FROM memory.cards")
+
+
+def psycopg_row(env, query: str, *params: Any) -> tuple:
+    import psycopg
+
+    with psycopg.connect(env.migrator_url) as conn:
+        return conn.execute(query, params).fetchone()
+
+
+async def test_schema_change_runs_are_listed_and_an_unfinished_one_is_retried(make_env):
+    async with make_env() as env:
+        _, schema = await recorded_run(env)
+        await sign_in(env, schema)
+        cards = await env.client.get(f"{ADMIN}/cards")
+        assert f'href="{SCHEMA_CHANGES}">Schema-change cleanups</a>' in cards.text
+        page = await env.client.get(SCHEMA_CHANGES)
+        assert page.status_code == 200
+        text = re.sub(r"\s+", " ", page.text)
+        assert "1 run" in text and "<code>shop.public</code>" in text
+        assert "recorded, cards not deleted yet" in text and "<code>orders</code>" in text
+        assert 'value="Retry"' in text and "<strong>Schema-change cleanups</strong>" in text
+        run_page = await env.client.get(f"{SCHEMA_CHANGES}/run", params={"run_id": "sync-1"})
+        assert "A Retry deletes the cards that depend on the removed objects" in run_page.text
+        token = CSRF_RE.search(run_page.text).group(1)
+        # no worker: the cards go, their index points wait (the retry waits for the worker)
+        r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": "sync-1",
+                                                                  "_csrf_token": token})
+        assert r.status_code == 303 and "retried=1" in r.headers["location"]
+        assert run_state(env) == ("cleanup_pending", True, 0)
+        page = re.sub(r"\s+", " ", (await env.client.get(r.headers["location"])).text)
+        assert "the worker has not removed 1 index point yet" in page
+        assert "cards deleted, index cleanup open" in page and "index point not removed yet" in page
+        async with env.running_worker():
+            r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": "sync-1",
+                                                                      "_csrf_token": token})
+        page = re.sub(r"\s+", " ", (await env.client.get(r.headers["location"])).text)
+        assert "Retried: the run is complete. 1 card deleted, their index points removed." in page
+        assert 'value="Retry"' not in page and run_state(env) == ("done", True, 0)
+        token_id = env.scalar("SELECT token_id FROM memory.admin_sessions WHERE ended_at IS NULL")
+        actors = env.scalar("SELECT array_agg(DISTINCT actor) FROM memory.activity "
+                            "WHERE verb IN ('schema_change', 'delete') AND outcome <> 'recorded'")
+        assert actors == [f"token:{token_id}"]
+        listing = re.sub(r"\s+", " ", (await env.client.get(SCHEMA_CHANGES)).text)
+        assert "1 card" in listing and ">done</span>" in listing and 'value="Retry"' not in listing
+
+
+async def test_schema_change_pages_need_memory_schema_and_the_csrf_token(make_env):
+    async with make_env() as env:
+        manager, schema = await recorded_run(env)
+        await sign_in(env, manager)  # memory.manage alone: not the API's memory.schema
+        cards = await env.client.get(f"{ADMIN}/cards")
+        assert "Schema-change cleanups" not in cards.text
+        for path in (SCHEMA_CHANGES, f"{SCHEMA_CHANGES}/run?run_id=sync-1"):
+            r = await env.client.get(path)
+            assert r.status_code == 403 and "lacks the memory.schema permission" in r.text
+        token = env.client.cookies.get("memarc_csrf")
+        before = counts(env)
+        r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": "sync-1",
+                                                                  "_csrf_token": token})
+        assert r.status_code == 403 and "lacks the memory.schema permission" in r.text
+        assert set(row_changes(before, counts(env))) <= {"activity"}  # the refusal is recorded
+        assert run_state(env) == ("cleanup_pending", False, 1)
+        # with memory.schema, but without the form's CSRF token: 403, nothing written
+        env.client.cookies.clear()
+        await sign_in(env, schema)
+        before = counts(env)
+        for data in ({"run_id": "sync-1"}, {"run_id": "sync-1", "_csrf_token": "x" * 128}):
+            r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data=data)
+            assert r.status_code == 403 and "Nothing was changed" in r.text
+        assert row_changes(before, counts(env)) == {}
+        assert run_state(env) == ("cleanup_pending", False, 1)
+        r = await env.client.get(f"{SCHEMA_CHANGES}/run", params={"run_id": "no-such-run"})
+        assert r.status_code == 404 and "no schema-change run" in r.text
+
+
+async def test_schema_change_pages_escape_hostile_text(make_env):
+    async with make_env() as env:
+        env.workspace("acme")
+        schema = env.token("acme", "memory.schema")
+        r = await env.client.post("/api/workspaces/acme/schema-changes/record", headers=schema,
+                                  json={"run_id": HOSTILE, "database": HOSTILE, "schema": "public",
+                                        "removed_tables": [HOSTILE],
+                                        "removed_columns": [{"table": HOSTILE, "column": HOSTILE}]})
+        assert r.status_code == 201, r.text
+        await sign_in(env, schema)
+        for path, params in ((SCHEMA_CHANGES, {}), (f"{SCHEMA_CHANGES}/run", {"run_id": HOSTILE})):
+            page = await env.client.get(path, params=params)
+            assert page.status_code == 200, path
+            assert "<script>alert" not in page.text and '" onmouseover=' not in page.text, path
+            assert "&lt;script&gt;alert(1)&lt;/script&gt;&#34; onmouseover=&#34;alert(2)" in page.text
+        # the retry form carries the run id escaped, and it round-trips to the same run
+        token = CSRF_RE.search(page.text).group(1)
+        value = re.search(r'name="run_id" value="([^"]*)"', page.text).group(1)
+        import html
+        r = await env.client.post(f"{SCHEMA_CHANGES}/retry", data={"run_id": html.unescape(value),
+                                                                  "_csrf_token": token})
+        assert r.status_code == 303
+        assert env.scalar("SELECT status FROM memory.schema_change_runs") == "done"
+
+
+async def test_the_worker_purges_ended_sessions_and_used_links(make_env):
+    """The sweep deletes, in every workspace, sessions that ended (signed out, expired, token
+    revoked) and links used or expired more than the grace ago; the rest stays and still works."""
+    import psycopg
+
+    from shared.archive.browser_sessions import BrowserSessions
+    from shared.auth import token_digest
+    from shared.worker import PURGE_GRACE_HOURS, purge_admin_sessions
+
+    async with make_env() as env:
+        env.workspace("acme")
+        env.workspace("beta")
+        browser = BrowserSessions(env.resources.db)
+        opened = {name: await browser.sign_in(bearer(env.token(ws)))
+                  for name, ws in (("active", "acme"), ("out-recently", "acme"),
+                                   ("out-long-ago", "acme"), ("expired", "acme"),
+                                   ("revoked", "acme"), ("beta-out", "beta"))}
+        links = {name: create_sign_in_link(env.migrator_url, "memory", "acme", ["memory.manage"])
+                 for name in ("fresh", "used-recently", "used-long-ago", "expired")}
+        old = f"now() - interval '{PURGE_GRACE_HOURS + 1} hours'"
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            def session(name: str, assignment: str) -> None:
+                conn.execute(f"UPDATE memory.admin_sessions SET {assignment} "
+                             "WHERE secret_hash = %s", (token_digest(opened[name].secret),))
+
+            def link(name: str, assignment: str) -> None:
+                conn.execute(f"UPDATE memory.admin_sign_in_links SET {assignment} "
+                             "WHERE code_hash = %s", (token_digest(links[name]["code"]),))
+
+            session("out-recently", "ended_at = now() - interval '1 hour'")
+            session("out-long-ago", f"ended_at = {old}")
+            session("expired", f"expires_at = {old}")
+            session("beta-out", f"ended_at = {old}")
+            conn.execute(f"UPDATE memory.api_tokens SET revoked_at = {old} WHERE id = %s",
+                         (opened["revoked"].principal.actor.removeprefix("token:"),))
+            link("used-recently", "used_at = now() - interval '1 hour'")
+            link("used-long-ago", f"used_at = {old}")
+            link("expired", f"expires_at = {old}")
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions") == 6
+        await env.drain()  # the worker's start-up sweep purges
+        assert env.scalar("SELECT count(*) FROM memory.admin_sessions") == 2
+        assert env.scalar("SELECT count(*) FROM memory.admin_sign_in_links") == 2
+        for name in ("active", "out-recently"):
+            assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE secret_hash = %s",
+                              token_digest(opened[name].secret)) == 1, name
+        for name in ("fresh", "used-recently"):
+            assert env.scalar("SELECT count(*) FROM memory.admin_sign_in_links "
+                              "WHERE code_hash = %s", token_digest(links[name]["code"])) == 1
+        assert (await browser.principal(opened["active"].secret)).workspace == "acme"
+        r = await env.client.get(f"/admin/sign-in/link?code={links['fresh']['code']}")
+        assert r.status_code == 200 and CSRF_RE.search(r.text)
+        # the purge is due once an hour per worker: a second sweep at once does not run it
+        ctx = {"resources": env.resources, "session_purge": {}}
+        assert await purge_admin_sessions(ctx) == (0, 0)
+        assert await purge_admin_sessions(ctx) is None
+
+
+async def test_a_reviewer_sees_pending_updates_but_no_card_edit_control(make_env):
+    """``memory.review`` alone: the cards page says it cannot edit, the pending page lists the
+    incomplete updates without a Retry, card pages and every card or retry POST are 403."""
+    async with make_env() as env:
+        env.workspace("acme")
+        card_id = await new_rule(env, env.token("acme"), "Waits for the index")
+        reviewer = env.token("acme", "memory.review")
+        r = await env.client.get(f"{API}/pending", headers=reviewer)  # the API agrees
+        assert r.status_code == 200 and r.json()["total"] == 1
+        await sign_in(env, reviewer)
+        cards = re.sub(r"\s+", " ", (await env.client.get(f"{ADMIN}/cards")).text)
+        assert "Your token holds <code>memory.review</code>: it cannot edit cards." in cards
+        assert "New card" not in cards and "Create a card" not in cards
+        pending = await env.client.get(f"{ADMIN}/pending")
+        text = re.sub(r"\s+", " ", pending.text)
+        assert pending.status_code == 200 and "1 incomplete operation" in text
+        assert "Waits for the index" in text and "you can see these updates but not retry" in text
+        assert re.findall(r'<form[^>]*action="([^"]+)"', pending.text) == ["/admin/sign-out"]
+        assert f'href="{ADMIN}/cards/{card_id}"' not in pending.text  # no way into the edit form
+        for path in (f"{ADMIN}/cards/new", f"{ADMIN}/cards/{card_id}",
+                     f"{ADMIN}/cards/{card_id}/delete", f"{ADMIN}/cards/{card_id}/activity"):
+            r = await env.client.get(path)
+            assert r.status_code == 403, path
+            assert "your token holds memory.review: seeing and editing cards here needs " \
+                   "memory.manage" in r.text, path
+        token = env.client.cookies.get("memarc_csrf")
+        before = counts(env)
+        for path, data in ((f"{ADMIN}/cards/new", card_form("Sneaky")),
+                           (f"{ADMIN}/cards/{card_id}/delete", {"confirm": "delete"}),
+                           (f"{ADMIN}/cards/{card_id}/retry", {}),
+                           (f"{ADMIN}/pending/retry", {"card_id": card_id}),
+                           (f"{ADMIN}/pending/retry-all", {})):
+            r = await env.client.post(path, data={**data, "_csrf_token": token})
+            assert r.status_code == 403, (path, r.status_code)
+        assert set(row_changes(before, counts(env))) <= {"activity"}
+        assert env.scalar("SELECT title FROM memory.cards") == "Waits for the index"
+        await env.drain()  # nothing left to retry: a retry of all is refused all the same
+        r = await env.client.post(f"{ADMIN}/pending/retry-all", data={"_csrf_token": token})
+        assert r.status_code == 403

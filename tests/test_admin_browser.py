@@ -311,3 +311,116 @@ async def test_a_save_while_redis_is_down_is_kept_and_retry_completes_it(make_en
         finally:
             await stop_server(server, task)
             stop_process(redis_proc)
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_a_person_retries_an_unfinished_schema_change_cleanup(make_env, chromium, width,
+                                                                    height):
+    """The schema-change cleanup pages: the runs with their phase, removed objects and receipts;
+    a run's page; its Retry, which completes it and says so."""
+    from playwright.async_api import async_playwright
+
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    changes = "/api/workspaces/acme/schema-changes"
+    async with make_env() as env:
+        env.workspace("acme")
+        person = env.token("acme", "memory.manage", "memory.schema")
+        for table in ("orders", "customers", "refunds"):
+            r = await env.client.post(API, headers=person, json={
+                "family": "sql_rule", "title": f"Rule on {table}", "content": {"rule": "R."},
+                "dependencies": [{"database": "shop", "schema": "public", "table": table}]})
+            assert r.status_code == 201
+        server, task, base = await start_server(env.app)
+        try:
+            async with env.running_worker(), async_playwright() as pw:
+                done = await env.client.post(f"{changes}?wait=20", headers=person, json={
+                    "run_id": "catalog-sync-2026-11-30", "database": "shop", "schema": "public",
+                    "removed_tables": ["refunds"],
+                    "removed_columns": [{"table": "customers", "column": "fax"}]})
+                assert done.json()["status"] == "done", done.text
+                r = await env.client.post(f"{changes}/record", headers=person, json={
+                    "run_id": "catalog-sync-2026-12-03", "database": "shop", "schema": "public",
+                    "removed_tables": ["orders"],
+                    "removed_columns": [{"table": "customers", "column": "phone"}]})
+                assert r.status_code == 201
+                browser = await pw.chromium.launch(executable_path=chromium, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                page = await (await browser.new_context(
+                    viewport={"width": width, "height": height})).new_page()
+                await page.goto(f"{base}/admin/sign-in")
+                await page.fill("#token", person["Authorization"].removeprefix("Bearer "))
+                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                await navigate(page, page.click(".memarc-nav >> text=Schema-change cleanups"))
+                assert await text(page, "h3") == "2 runs"
+                rows = await page.locator("#runs tbody tr").all_inner_texts()
+                rows = [re.sub(r"\s+", " ", r) for r in rows]
+                assert rows[0].startswith("catalog-sync-2026-12-03 shop.public orders, "
+                                          "customers.phone recorded, cards not deleted yet 0 cards 0")
+                assert rows[1].startswith("catalog-sync-2026-11-30 shop.public refunds, "
+                                          "customers.fax done 1 card 0")
+                assert await page.locator("#runs input[type=submit][value=Retry]").count() == 1
+                lines = await page.evaluate("[...document.querySelectorAll('#runs td.col-run a')]"
+                                            ".map(a => a.getClientRects().length)")
+                assert lines == [1, 1], lines  # run ids are not broken over lines
+                await look(page, "schema-changes", size)
+                await navigate(page, page.click("text=catalog-sync-2026-12-03"))
+                assert "recorded, cards not deleted yet" in await text(page, "#run")
+                await look(page, "schema-changes-run", size)
+                await navigate(page, page.click("input[type=submit][value=Retry]"))
+                outcome = await text(page, "#outcome")
+                assert outcome == ("Retried: the run is complete. 1 card deleted, their index "
+                                   "points removed."), outcome
+                assert "done" in await text(page, "#run")
+                assert await page.locator("#deleted li").count() == 1
+                await look(page, "schema-changes-retried", size)
+                await navigate(page, page.click("text=All schema-change runs"))
+                assert await page.locator("#runs input[type=submit][value=Retry]").count() == 0
+                await navigate(page, page.click(".memarc-nav >> text=Cards"))
+                assert await text(page, "h3") == "1 card"  # customers stays
+                await browser.close()
+        finally:
+            await stop_server(server, task)
+        for name in ("schema-changes", "schema-changes-run", "schema-changes-retried"):
+            assert (OUT / f"admin-{size}-{name}.png").stat().st_size > 10_000, name
+
+
+async def test_a_reviewer_sees_pending_updates_without_retry_in_chromium(make_env, chromium):
+    """A ``memory.review`` person: the pending page lists the updates that wait (no Retry, and
+    it says why), the cards page says it cannot edit, no form but sign-out."""
+    from playwright.async_api import async_playwright
+
+    size = "1280x800"
+    OUT.mkdir(exist_ok=True)
+    async with make_env() as env:
+        env.workspace("acme")
+        manager, reviewer = env.token("acme"), env.token("acme", "memory.review")
+        r = await env.client.post(API, headers=manager, json={
+            "family": "sql_rule", "title": "Refunds: subtract them by refund date",
+            "content": {"rule": "Subtract refunds from revenue."}})
+        assert r.status_code == 201  # no worker: its index update waits
+        server, task, base = await start_server(env.app)
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=chromium, args=[
+                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                page = await (await browser.new_context(
+                    viewport={"width": 1280, "height": 800})).new_page()
+                await page.goto(f"{base}/admin/sign-in")
+                await page.fill("#token", reviewer["Authorization"].removeprefix("Bearer "))
+                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                assert "Your token holds memory.review: it cannot edit cards." in await text(page)
+                assert await page.locator("text=New card").count() == 0
+                await look(page, "reviewer-cards", size)
+                await navigate(page, page.click(".memarc-nav >> text=Pending index updates"))
+                assert await text(page, "h3") == "1 incomplete operation"
+                row = await text(page, "#pending tbody tr")
+                assert row.startswith("Refunds: subtract them by refund date index the current "
+                                      "version pending"), row
+                assert "you can see these updates but not retry them" in await text(page)
+                assert await page.locator("input[type=submit]").count() == 0
+                assert await page.locator("form").count() == 1  # sign-out only
+                await look(page, "reviewer-pending", size)
+                await browser.close()
+        finally:
+            await stop_server(server, task)

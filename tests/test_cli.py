@@ -74,6 +74,34 @@ async def test_cli_creates_lists_and_recalls_a_card(make_env, tmp_path, monkeypa
         assert code == 0 and found["results"] == []
 
 
+FAMILIES = "domain_clarification, explained_error, solved_question, sql_rule"
+
+
+async def test_an_enum_error_names_the_allowed_values_in_the_api_and_the_cli(
+        make_env, monkeypatch, capsys):
+    """``Invalid enum value`` from a query parameter, a body field or a nested body item: the
+    problem's detail and its error say what is allowed; the CLI prints that problem."""
+    async with live_writer(make_env, monkeypatch) as env:
+        h = env.token("acme")
+        base = "/api/workspaces/acme/memory"
+        for method, url, kwargs, key in (
+                ("get", base, {"params": {"origin": "hand"}}, "origin"),
+                ("get", f"{base}/export", {"params": {"family": "rules"}}, "family"),
+                ("post", f"{base}/search", {"json": {"query": "x", "family": ["rules"]}}, "family[0]"),
+                ("post", base, {"json": {"family": "rules", "title": "t", "content": {}}}, "family")):
+            r = await getattr(env.client, method)(url, headers=h, **kwargs)
+            allowed = "import, manual, workflow" if key == "origin" else FAMILIES
+            assert r.status_code == 400, r.text
+            assert r.json()["detail"].endswith(f"; allowed: {allowed}"), r.text
+            assert r.json()["detail"].startswith(f"{key}: Invalid enum value"), r.text
+            assert r.json()["errors"][0]["message"].endswith(f"; allowed: {allowed}")
+        for argv in (("list", "--workspace", "acme", "--family", "rules"),
+                     ("search", "--workspace", "acme", "x", "--family", "rules")):
+            code, out, err = await run_cli(capsys, *argv)
+            assert code == 2 and out is None
+            assert json.loads(err)["detail"].endswith(f"Invalid enum value 'rules'; allowed: {FAMILIES}")
+
+
 async def test_cli_updates_from_a_file_and_from_edited_show_output(
         make_env, tmp_path, monkeypatch, capsys):
     async with live_writer(make_env, monkeypatch):

@@ -259,16 +259,19 @@ async def test_a_misspelt_or_bad_list_parameter_is_refused_with_its_message(
     async with make_env() as env:
         ds, _, _ = await _list_of_29(env, explorer)
         # a misspelt filter is refused by name, on the page and its exports, never ignored
-        for path in ("/-/memory/acme?concept=revenue", "/-/memory/acme.json?famly=sql_rule",
-                     "/-/memory/acme.csv?concept=revenue"):
+        for path in ("/-/memory/acme?concpets=revenue", "/-/memory/acme.json?famly=sql_rule",
+                     "/-/memory/acme.csv?concpets=revenue"):
             with subtests.test(path=path):
                 r = await get(ds, path)
                 assert r.status_code in (400, 422), (path, r.status_code)
-                assert ("concept" in r.text or "famly" in r.text) and "unknown parameter" in r.text
+                assert ("concpets" in r.text or "famly" in r.text) and "unknown parameter" in r.text
         # bad parameters are 400s with the message
-        for qs, message in (("family=nope", "unknown family"), ("_size=101", "_size must be between"),
-                            ("_page=0", "_page must be between"), ("_size=x", "must be an integer"),
-                            ("origin=web", "unknown origin")):
+        for qs, message in (
+                ("family=nope", "unknown family &#39;nope&#39;; allowed: domain_clarification, "
+                                "sql_rule, solved_question, explained_error"),
+                ("_size=101", "_size must be between"),
+                ("_page=0", "_page must be between"), ("_size=x", "must be an integer"),
+                ("origin=web", "unknown origin &#39;web&#39;; allowed: manual, workflow, import")):
             with subtests.test(query=qs):
                 r = await get(ds, f"/-/memory/acme?{qs}")
                 assert r.status_code == 400 and message in r.text, qs
@@ -626,10 +629,14 @@ async def test_the_recall_page_says_when_a_budget_cut_link_expansion_short(make_
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"mode": "everything"}, "mode"), ({"top": "0"}, "top must be"),
+    ({"mode": "everything"}, "Invalid enum value &#39;everything&#39; - at `$.mode`; allowed: "
+                             "rules, search, solved"),
+    ({"family": "sql_rules"}, "at `$.family[0]`; allowed: domain_clarification, explained_error, "
+                              "solved_question, sql_rule"),
+    ({"top": "0"}, "top must be"),
     ({"mode": "solved", "family": "sql_rule"}, "does not return"),
     ({"table": "orders"}, "needs filters.database")],
-    ids=["unknown mode", "top 0", "family outside the mode", "table without database"])
+    ids=["unknown mode", "unknown family", "top 0", "family outside the mode", "table without database"])
 async def test_invalid_recall_input_is_a_400_with_its_message_and_the_form_kept(
         make_env, explorer, params, message):
     async with make_env() as env:
@@ -783,3 +790,54 @@ async def test_no_csv_cell_can_run_as_a_spreadsheet_formula(make_env, explorer):
             text = (await get(ds, path)).text
             assert "\r\n=" not in text and ",=" not in text and ',"=' not in text, path
             assert "'=HYPERLINK" in text or "activity" in path, path
+
+
+async def test_a_sign_in_link_can_be_issued_again_and_works_once(make_env, explorer):
+    """Issue 26: a link signed with the explorer's secret (what ``memarc
+    explorer-sign-in-link`` prints) signs in once without a restart; a used, expired or forged
+    one, Datasette's used root link and the signed-out page say which command prints a new one."""
+    import time
+
+    from itsdangerous import URLSafeSerializer
+
+    from shared.archive.explorer_sign_in import NAMESPACE, SIGN_IN_PATH, issue
+
+    async with make_env() as env:
+        await _acme_and_other(env, explorer)  # registers the plugin, two workspaces
+        secret = "s" * 64
+        ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {"workspaces": {}}}},
+                       secret=secret)
+        ds.memarc_resources = env.resources
+        command = "memarc explorer-sign-in-link --url http://localhost"
+        signed_out = await ds.client.get("/-/memory")
+        assert "No workspace is visible to you" in signed_out.text
+        assert f'<pre class="memarc-command">{command}</pre>' in signed_out.text
+        for _ in range(2):  # a new link each time, for the same running explorer
+            ticket = issue(secret)["ticket"]
+            r = await ds.client.get(SIGN_IN_PATH, params={"ticket": ticket})
+            assert r.status_code == 302 and r.headers["location"] == "/-/memory"
+            cookie = r.cookies.get("ds_actor")
+            assert ds.unsign(cookie, "actor") == {"a": {"id": "root"}}
+            page = await ds.client.get("/-/memory.json", cookies={"ds_actor": cookie})
+            assert [w["id"] for w in page.json()["workspaces"]] == ["acme", "other"]
+        again = await ds.client.get(SIGN_IN_PATH, params={"ticket": ticket})
+        assert again.status_code == 401 and "ds_actor" not in again.cookies
+        assert "this sign-in link has already been used" in again.text and command in again.text
+        expired = URLSafeSerializer(secret, NAMESPACE).dumps(
+            {"a": "root", "n": "x", "e": int(time.time()) - 1})
+        forged = issue("f" * 64)["ticket"]
+        for bad, reason in ((expired, "has expired"), (forged, "is not valid for this explorer"),
+                            ("", "is not valid for this explorer")):
+            r = await ds.client.get(SIGN_IN_PATH, params={"ticket": bad})
+            assert r.status_code == 401 and reason in r.text and command in r.text, reason
+            assert "ds_actor" not in r.cookies
+        mapped = issue(secret, actor="alice")["ticket"]  # an actor the settings map, or not
+        r = await ds.client.get(SIGN_IN_PATH, params={"ticket": mapped})
+        page = await ds.client.get("/-/memory.json", cookies={"ds_actor": r.cookies["ds_actor"]})
+        assert page.json() == {"workspaces": []}
+        # Datasette's own root link, once used, points to the same command
+        root = f"/-/auth-token?token={ds._root_token}"
+        assert (await ds.client.get(root)).status_code == 302
+        used = await ds.client.get(root)
+        assert used.status_code == 403 and "Root token has already been used" in used.text
+        assert command in used.text

@@ -1,7 +1,9 @@
 """The explorer in a real browser: headless Chromium (Debian's package) driven by Playwright.
 
 Loads the card list, applies two filters through the form, opens a card, and saves a screenshot
-under ``test-output/``. ``.ci/run`` installs Chromium and sets ``MEMARC_NO_SKIP=1``, so
+under ``test-output/``. The card list is read at 1280×800 and 1920×1080 with long titles, many
+dependencies and long single words: each title is at least as wide as its longest word, the
+table does not scroll sideways, and the first card shows on the first screen. ``.ci/run`` installs Chromium and sets ``MEMARC_NO_SKIP=1``, so
 in CI a missing browser is a failure, not a skip; elsewhere the test is skipped when no Chromium
 binary exists.
 """
@@ -9,7 +11,9 @@ binary exists.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,39 @@ from helpers import skip_or_fail, start_server, stop_server
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("MEMARC_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 BASE = "/api/workspaces/acme/memory"
+SIZES = [(1280, 800), (1920, 1080)]
+OUT = ROOT / "test-output"
+#: one word as long as a real column identifier: its title cell must be this wide at least
+LONG_WORD = "k_symbol_POJISTNE_SIPO_LEASING_UVER"
+#: one word too long for any column: the only one allowed to break (at the column's widest)
+ENDLESS_WORD = "x" * 150
+
+#: per title cell: its content width, and its longest word's width in the cell's own font
+TITLE_WIDTHS_JS = """() => [...document.querySelectorAll('table.rows-and-columns td.col-title')].map(cell => {
+  const link = cell.querySelector('a');
+  const style = getComputedStyle(cell);
+  const inner = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  let longest = 0, word = '';
+  for (const w of link.textContent.split(/\\s+/)) {
+    const probe = document.createElement('span');
+    probe.textContent = w;
+    probe.style.cssText = 'position:absolute;visibility:hidden;white-space:nowrap';
+    link.appendChild(probe);
+    const width = probe.getBoundingClientRect().width;
+    probe.remove();
+    if (width > longest) { longest = width; word = w; }
+  }
+  return {title: link.textContent, inner, longest, word,
+          cap: parseFloat(getComputedStyle(link).maxWidth) || null};
+})"""
+
+#: the table's wrapper scrolls sideways, or the page is wider than the window
+SIDEWAYS_JS = """() => {
+  const wrapper = document.querySelector('.table-wrapper');
+  const columns = [...wrapper.querySelectorAll('thead th')].map(th => th.className + ' ' + th.offsetWidth);
+  return {table: wrapper.scrollWidth, wrapper: wrapper.clientWidth,
+          page: document.documentElement.scrollWidth, window: window.innerWidth, columns};
+}"""
 
 
 
@@ -28,62 +65,164 @@ def chromium() -> str:
     return CHROMIUM
 
 
-async def test_filter_list_open_card_in_headless_chromium(make_env, chromium):
+async def create_cards(env, cards: list[dict]) -> dict[str, str]:
+    """Create ``cards`` in the workspace ``acme`` through the API: ``{title: id}``."""
+    env.workspace("acme")
+    headers = env.token("acme")
+    responses = [await env.client.post(BASE, json=body, headers=headers) for body in cards]
+    assert [r.status_code for r in responses] == [201] * len(cards), [r.text for r in responses]
+    return {r.json()["card"]["title"]: r.json()["card"]["id"] for r in responses}
+
+
+@asynccontextmanager
+async def explorer_page(env, chromium: str, width: int, height: int):
+    """A Chromium page of the explorer over ``env``'s archive, ``alice`` signed in with the
+    workspace ``acme``, in a ``width`` × ``height`` window: yields ``(page, base_url)``."""
     from datasette.app import Datasette
     from playwright.async_api import async_playwright
 
+    ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {
+        "database_url": env.settings.database_url, "workspaces": {"alice": ["acme"]}}}})
+    ds.memarc_resources = env.resources
+    server, task, base = await start_server(ds.app())
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=chromium, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            context = await browser.new_context(viewport={"width": width, "height": height})
+            await context.add_cookies([{"name": "ds_actor", "url": base,
+                                        "value": ds.sign({"a": {"id": "alice"}}, "actor")}])
+            yield await context.new_page(), base
+            await browser.close()
+    finally:
+        await stop_server(server, task)
+
+
+async def test_filter_list_open_card_in_headless_chromium(make_env, chromium):
+    cards = [
+        {"family": "sql_rule", "title": "Orders: use order_date",
+         "content": {"rule": "Count orders by order_date."},
+         "dependencies": [{"database": "db1", "schema": "public", "table": "orders"}]},
+        {"family": "sql_rule", "title": "Customers: dedupe by email",
+         "content": {"rule": "Deduplicate customers by lower(email)."},
+         "dependencies": [{"database": "db2", "schema": "public", "table": "customers"}]},
+        {"family": "domain_clarification", "title": "Order means paid order",
+         "content": {"definition": "An order counts once it is paid."},
+         "dependencies": [{"database": "db1", "schema": "public", "table": "orders"}]},
+    ]
+    OUT.mkdir(exist_ok=True)
     async with make_env() as env:
-        env.workspace("acme")
-        h = env.token("acme")
-        cards = [
-            {"family": "sql_rule", "title": "Orders: use order_date",
-             "content": {"rule": "Count orders by order_date."},
-             "dependencies": [{"database": "db1", "schema": "public", "table": "orders"}]},
-            {"family": "sql_rule", "title": "Customers: dedupe by email",
-             "content": {"rule": "Deduplicate customers by lower(email)."},
-             "dependencies": [{"database": "db2", "schema": "public", "table": "customers"}]},
-            {"family": "domain_clarification", "title": "Order means paid order",
-             "content": {"definition": "An order counts once it is paid."},
-             "dependencies": [{"database": "db1", "schema": "public", "table": "orders"}]},
-        ]
-        for body in cards:
-            assert (await env.client.post(BASE, json=body, headers=h)).status_code == 201
-        ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {
-            "database_url": env.settings.database_url, "workspaces": {"alice": ["acme"]}}}})
-        ds.memarc_resources = env.resources
-        server, task, base = await start_server(ds.app())
-        out = ROOT / "test-output"
-        out.mkdir(exist_ok=True)
-        try:
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=chromium, args=[
-                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-                context = await browser.new_context(viewport={"width": 1280, "height": 1000})
-                await context.add_cookies([{"name": "ds_actor", "url": base,
-                                            "value": ds.sign({"a": {"id": "alice"}}, "actor")}])
-                page = await context.new_page()
-                await page.goto(f"{base}/-/memory/acme")
-                assert "3 cards" in await page.inner_text("h3")
-                # two filters through the form: a family and a database
-                await page.select_option("#memarc-family", ["sql_rule"])
-                await page.fill("#memarc-database", "db1")
-                await page.click("input[type=submit][value=Apply]")
-                await page.wait_for_load_state()
-                assert "family=sql_rule" in page.url and "database=db1" in page.url
-                heading = await page.inner_text("h3")
-                assert heading.startswith("1 card where"), heading
-                titles = await page.locator("table.rows-and-columns td.col-title a").all_inner_texts()
-                assert titles == ["Orders: use order_date"]
-                await page.screenshot(path=str(out / "explorer-list-filtered.png"), full_page=True)
-                # open the card
-                await page.click("text=Orders: use order_date")
-                await page.wait_for_load_state()
-                assert "/-/memory/acme/mem-" in page.url
-                body = await page.inner_text("body")
-                assert "Count orders by order_date." in body and "db1" in body
-                await page.screenshot(path=str(out / "explorer-card.png"), full_page=True)
-                await browser.close()
-        finally:
-            await stop_server(server, task)
-        for name in ("explorer-list-filtered.png", "explorer-card.png"):
-            assert (out / name).stat().st_size > 10_000
+        await create_cards(env, cards)
+        async with explorer_page(env, chromium, 1280, 1000) as (page, base):
+            await page.goto(f"{base}/-/memory/acme")
+            assert "3 cards" in await page.inner_text("h3")
+            # two filters through the form: a family and a database
+            await page.select_option("#memarc-family", ["sql_rule"])
+            await page.fill("#memarc-database", "db1")
+            await page.click("input[type=submit][value=Apply]")
+            await page.wait_for_load_state()
+            assert "family=sql_rule" in page.url and "database=db1" in page.url
+            heading = await page.inner_text("h3")
+            assert heading.startswith("1 card where"), heading
+            titles = await page.locator("table.rows-and-columns td.col-title a").all_inner_texts()
+            assert titles == ["Orders: use order_date"]
+            await page.screenshot(path=str(OUT / "explorer-list-filtered.png"), full_page=True)
+            # open the card
+            await page.click("text=Orders: use order_date")
+            await page.wait_for_load_state()
+            assert "/-/memory/acme/mem-" in page.url
+            body = await page.inner_text("body")
+            assert "Count orders by order_date." in body and "db1" in body
+            await page.screenshot(path=str(OUT / "explorer-card.png"), full_page=True)
+    for name in ("explorer-list-filtered.png", "explorer-card.png"):
+        assert (OUT / name).stat().st_size > 10_000
+
+
+def _dependencies(database: str, table: str, columns: list[str]) -> list[dict[str, str]]:
+    return [{"database": database, "schema": "public", "table": table, "column": c} for c in columns]
+
+
+#: cards as a real archive holds them: long titles, a long identifier as one word, many
+#: dependencies with long qualified names, several concepts
+READABLE_CARDS = [
+    {"family": "domain_clarification",
+     "title": "Loans: status A means the contract finished without problems, B finished with the loan unpaid",
+     "content": {"definition": "Statuses A and B are finished contracts; C and D are running."},
+     "concepts": ["loan", "loan status", "contract", "debt", "default risk", "running contract",
+                  "finished contract", "client", "loan amount"],
+     "dependencies": _dependencies("financial", "loan", ["status", "amount", "duration"])},
+    {"family": "sql_rule",
+     "title": f"Payments: {LONG_WORD} names what a permanent order pays for",
+     "content": {"rule": "Filter trans.k_symbol, never the free-text bank field."},
+     "concepts": ["payment purpose", "permanent order", "insurance payment", "household payment",
+                  "leasing", "loan payment", "transaction type", "bank transfer", "card withdrawal"],
+     "dependencies": _dependencies("financial", "transaction_history_by_account", [
+         "k_symbol", "operation", "type", "amount", "balance", "bank", "account_to",
+         "transaction_date", "district_identifier", "account_identifier", "order_identifier",
+         "card_identifier"])},
+    {"family": "sql_rule", "title": "Orders: use order_date",
+     "content": {"rule": "Count orders by order_date."},
+     "concepts": ["order", "order date", "paid order"],
+     "dependencies": _dependencies("shop", "orders", ["order_date"])},
+    {"family": "explained_error", "title": f"Import of {ENDLESS_WORD} failed",
+     "content": {"error": "value too long", "correction": "Shorten the generated name."}},
+    {"family": "solved_question",
+     "title": "How many clients who opened their account in the Prague district in 1993 took a loan of more than 100,000?",
+     "content": {"question": "Clients of Prague from 1993 with a loan over 100,000?",
+                 "sql": "SELECT count(*) FROM client"},
+     "concepts": ["client", "district", "loan amount", "region", "account opening", "Prague",
+                  "account owner", "disponent", "year of opening"],
+     "dependencies": _dependencies("financial", "client", ["client_id", "district_id"])
+     + _dependencies("financial", "district", ["A2", "A3"])},
+]
+
+
+def _assert_titles_fit(cells: list[dict], size: str) -> None:
+    """Each title cell is at least as wide as its longest word; a word longer than the column's
+    widest breaks, and only then, with the cell at that widest."""
+    assert len(cells) == len(READABLE_CARDS), cells
+    for cell in cells:
+        if cell["cap"] is not None and cell["longest"] > cell["cap"]:
+            assert cell["word"] == ENDLESS_WORD, (size, cell)
+            assert cell["inner"] >= cell["cap"] - 1, (size, cell)
+        else:
+            assert cell["inner"] + 0.5 >= cell["longest"], (size, cell)
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_card_list_readable_at_every_width(make_env, chromium, width, height):
+    """The card list as a person sees it at 1280×800 and 1920×1080: titles as wide as their
+    longest word, two dependencies and "+N more", short ids with the full id on hover, no
+    sideways scrolling, and the first card on the first screen."""
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    async with make_env() as env:
+        ids = await create_cards(env, READABLE_CARDS)
+        async with explorer_page(env, chromium, width, height) as (page, base):
+            await page.goto(f"{base}/-/memory/acme")
+            await page.screenshot(path=str(OUT / f"explorer-{size}-card-list.png"), full_page=True)
+            _assert_titles_fit(await page.evaluate(TITLE_WIDTHS_JS), size)
+            sideways = await page.evaluate(SIDEWAYS_JS)
+            assert sideways["table"] <= sideways["wrapper"] + 1, f"{sideways}"
+            assert sideways["page"] <= sideways["window"] + 1, sideways
+            first_row = await page.locator("table.rows-and-columns tbody tr").first.bounding_box()
+            assert first_row["y"] < height, first_row
+            await _assert_short_dependencies_and_id(page, READABLE_CARDS[1], ids)
+    assert (OUT / f"explorer-{size}-card-list.png").stat().st_size > 10_000
+
+
+async def _assert_short_dependencies_and_id(page, card: dict, ids: dict[str, str]) -> None:
+    """The card's row shows two dependencies and "+N more" (every one on hover), and its id
+    shortened (the full id on hover)."""
+    row = page.locator("table.rows-and-columns tbody tr", has_text=card["title"][:12])
+    deps = row.locator("td.col-dependencies")
+    shown = re.sub(r"\s+", " ", await deps.inner_text()).strip()
+    assert shown == ("financial.public.transaction_history_by_account.k_symbol "
+                     "financial.public.transaction_history_by_account.operation +10 more"), shown
+    hover = await deps.locator("[title]").get_attribute("title")
+    assert hover.split("\n") == [f"financial.public.transaction_history_by_account.{d['column']}"
+                                 for d in card["dependencies"]], hover
+    full_id = ids[card["title"]]
+    id_link = row.locator("td.col-id a")
+    assert await id_link.inner_text() == full_id[:12] + "…"
+    assert await id_link.get_attribute("title") == full_id

@@ -75,8 +75,10 @@ async def _seed(env) -> dict[str, str]:
     assert r.status_code == 201 and r.json()["created"] == 4, r.text
     ids = dict(env.scalar("SELECT array_agg(ARRAY[import_key, 'mem-' || id]) FROM memory.cards"
                           " WHERE workspace_id = 'src'"))
-    # a reviewed session's card, as an earlier export of a workspace would carry it
-    r = await env.client.post(f"{SRC}/import", headers={**h, **NDJSON}, content=_file([WORKFLOW]))
+    # a reviewed session's card, as an earlier export of a workspace would carry it (restored:
+    # a plain import refuses a line claiming a review)
+    r = await env.client.post(f"{SRC}/import", headers={**h, **NDJSON}, content=_file([WORKFLOW]),
+                              params={"mode": "restore"})
     assert r.status_code == 201 and r.json()["created"] == 1, r.text
     week = (await env.client.post(SRC, headers=h, json={
         "family": "domain_clarification", "title": "Weekly revenue",
@@ -155,7 +157,8 @@ async def test_export_import_export_is_identical_and_recall_agrees(make_env):
 
         env.workspace("dst")
         hd = env.token("dst")
-        r = await env.client.post(f"{DST}/import", content=first, headers={**hd, **NDJSON})
+        r = await env.client.post(f"{DST}/import", content=first, headers={**hd, **NDJSON},
+                                  params={"mode": "restore"})
         assert r.status_code == 201, r.text
         assert (r.json()["created"], r.json()["skipped"]) == (9, 0)
         second = await _export(env, DST, hd)
@@ -188,6 +191,48 @@ async def test_export_import_export_is_identical_and_recall_agrees(make_env):
         r = await env.client.post(f"{DST}/import", content=solved,
                                   headers={**hd, **NDJSON}, params={"on_conflict": "update"})
         assert r.status_code == 201 and (r.json()["unchanged"], r.json()["created"]) == (2, 0)
+
+
+async def test_an_import_cannot_claim_a_review_unless_it_restores_an_export(make_env):
+    """Issue 25, case 8: only a review writes ``workflow`` cards and session sources. A plain
+    import line claiming either is a 422 naming the line and the field, and nothing is written;
+    ``manual`` and a dataset source are an import's to give; ``mode=restore`` keeps them all and
+    the activity record says so."""
+    async with make_env() as env:
+        env.workspace("dst")
+        hd = env.token("dst")
+        manual_session = dict(IMPORTED[2], key="forged", origin="manual",
+                              source={"session_id": "s-invented", "decision_ids": ["d9"]})
+        for lines, field in (([IMPORTED[0], WORKFLOW], "origin"),
+                             ([IMPORTED[0], IMPORTED[1], manual_session], "source")):
+            r = await env.client.post(f"{DST}/import", content=_file(lines),
+                                      headers={**hd, **NDJSON})
+            body = r.json()
+            assert r.status_code == 422, r.text
+            assert (body["field"], body["line"]) == (field, len(lines)), body
+            assert f"key {lines[-1]['key']!r}" in body["detail"] and "mode=restore" in \
+                body["detail"], body
+            assert env.scalar("SELECT count(*) FROM memory.cards") == 0
+        r = await env.client.post(f"{DST}/import", headers={**hd, **NDJSON},
+                                  content=_file([dict(IMPORTED[0], origin="manual")]))
+        assert r.status_code == 201 and r.json()["created"] == 1, r.text
+        r = await env.client.post(f"{DST}/import", headers={**hd, **NDJSON},
+                                  content=_file([IMPORTED[1], WORKFLOW, manual_session]),
+                                  params={"mode": "restore"})
+        assert r.status_code == 201 and r.json()["created"] == 3, r.text
+        with psycopg.connect(env.migrator_url) as conn:
+            rows = conn.execute("SELECT import_key, origin, source FROM memory.cards "
+                                "ORDER BY import_key").fetchall()
+            modes = conn.execute("SELECT detail->>'mode' FROM memory.activity WHERE verb = "
+                                 "'import' AND outcome = 'ok' ORDER BY id").fetchall()
+        assert [(k, o) for k, o, _ in rows] == [
+            (IMPORTED[0]["key"], "manual"), ("forged", "manual"), (IMPORTED[1]["key"], "import"),
+            ("wf-monthly", "workflow")]
+        assert rows[3][2] == WORKFLOW["source"]
+        assert modes == [("import",), ("restore",)]
+        r = await env.client.post(f"{DST}/import", content=_file([WORKFLOW]),
+                                  headers={**hd, **NDJSON}, params={"mode": "trust-me"})
+        assert r.status_code == 400, r.text
 
 
 async def test_reimport_changes_nothing_and_update_changes_only_what_changed(make_env):
@@ -371,6 +416,14 @@ async def test_cli_export_streams_to_gzip_and_import_is_idempotent(make_env, mon
                                         str(exported))
             assert code == 0, err
             assert json.loads(out)["created"] == 0 and json.loads(out)[key] == 400
+        # a line claiming a review is refused, unless --restore says the file is an export
+        claimed = tmp_path / "workflow.jsonl"
+        claimed.write_bytes(_file([dict(WORKFLOW, links=[])]))
+        code, out, err = await _cli(capsys, "import", "--workspace", "acme", str(claimed))
+        assert code == 2 and json.loads(err)["field"] == "origin", err
+        code, out, err = await _cli(capsys, "import", "--workspace", "acme", "--restore",
+                                    str(claimed))
+        assert code == 0 and json.loads(out)["created"] == 1, err
         # bad input: a problem on stderr, exit status 2, no file written
         code, out, err = await _cli(capsys, "export", "--workspace", "acme", "--family",
                                     "recipes", "--output", str(tmp_path / "bad.jsonl"))

@@ -74,6 +74,8 @@ PROPOSE_ROUTES = {("POST", f"{_S}/proposals"), ("GET", f"{_S}/summary"),
                   ("POST", f"{_S}/decisions"), ("GET", f"{_S}/decisions")}
 REVIEW_ROUTES = {("GET", f"{_S}/summary"), ("POST", f"{_S}/review"), ("POST", f"{_S}/solved-index"),
                  ("GET", f"{_S}/decisions")}
+# a reviewer sees whether the cards a review applied are indexed yet (not retry them)
+REVIEW_ROUTES |= {("GET", "/api/workspaces/{workspace_id}/memory/pending")}
 #: The routes each token kind of the hostile runs may use (every other one answers it 403).
 ALLOWED_ROUTES = {"read": READ_ROUTES, "propose": PROPOSE_ROUTES, "review": REVIEW_ROUTES}
 

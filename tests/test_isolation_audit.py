@@ -233,7 +233,8 @@ async def test_every_route_refuses_other_workspaces_and_missing_permissions(make
 
 #: Commands that do not act on a workspace through a token.
 BOOTSTRAP = {"migrate", "workspace", "token",  # migrator credentials (operators only)
-             "sign-in-link"}
+             "sign-in-link",
+             "explorer-sign-in-link"}  # the explorer's signing secret on the operator's machine
 # long-running servers (mcp: its tools per permission and workspace are in tests/test_mcp.py)
 PROCESSES = {"up", "writer", "worker", "explorer", "mcp"}
 LOCAL = {"convert-bird"}  # reads local dataset files only
@@ -260,6 +261,8 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "solved-index": ["solved-index", *w, "--session", a["session"]],
         "session": ["session", "decide", *w, a["session"], a["card"], "--rejected"],
         "schema-cleanup": ["schema-cleanup", *w, "--data", files["schema"]],
+        # a protected request without a principal: MEMARC_TOKEN's
+        "admin": ["admin", *w, "-c", files["admin"]],
     }
 
 
@@ -275,7 +278,8 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
                               ("propose", {"proposals": [proposal("Intruder")]}),
                               ("review", {"review_id": "intruder", "decline_all": True}),
                               ("schema", {"run_id": "x", "database": "shop", "schema": "public",
-                                          "removed_tables": ["orders"]})):
+                                          "removed_tables": ["orders"]}),
+                              ("admin", {"operation": "delete", "card_id": a["card"]})):
             files[name] = str(tmp_path / f"{name}.json")
             (tmp_path / f"{name}.json").write_text(json.dumps(content))
         argvs = cli_argv(a, files)
@@ -490,6 +494,7 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "SchemaChanges.record_run": (SchemaChangeRequest(run_id="x", database="shop",
                                                          schema="public"),),
         "SchemaChanges.cleanup": ("run-wa",),
+        "SchemaChanges.runs": (), "SchemaChanges.get_run": ("run-wa",),
     }
 
 

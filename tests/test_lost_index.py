@@ -1,4 +1,4 @@
-"""An index that knows it lost something (issue 25 case 1, DESIGN §4, migration 019).
+"""An index that knows it lost something (issue 25 case 1, DESIGN §4, migration 022).
 
 The engine's files of a workspace's collection are removed, under a stopped archive (the engine
 closed, then opened again as a restart does) and under a running one (the engine open, a worker
@@ -173,7 +173,7 @@ async def test_the_worker_voids_the_projections_of_a_lost_collection_and_queues_
 
 async def test_a_collection_made_before_the_record_is_adopted_only_if_it_holds_every_card(
         make_env):
-    """A workspace projected before migration 019 has no recorded collection: its collection is
+    """A workspace projected before migration 022 has no recorded collection: its collection is
     recorded as it is, unless a card recorded as projected has no point in it (a collection
     made afresh after a loss, as the old code did), which is then a lost one."""
     from shared.projection import recovery

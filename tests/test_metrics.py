@@ -5,6 +5,8 @@ a real worker, PostgreSQL, Redis, the embedded index and the real embedding mode
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 
 import psycopg
@@ -59,9 +61,8 @@ async def test_metrics_move_with_requests_projection_and_recall(make_env):
         assert value(before, "memarc_index_info", engine="qdrant-edge" if
                      env.settings.index_engine == "edge" else "qdrant-local",
                      projection_format=str(PROJECTION_FORMAT)) == 1
-        assert value(before, "memarc_projection_operations", workspace="acme",
-                     status="pending") == 0
-        assert value(before, "memarc_projection_oldest_pending_seconds", workspace="acme") == 0
+        assert value(before, "memarc_projection_operations", status="pending") == 0
+        assert value(before, "memarc_projection_oldest_pending_seconds") == 0
 
         # a request increments its route's counter (the route template, not the path)
         assert (await env.client.get(BASE, headers=h)).status_code == 200
@@ -82,9 +83,8 @@ async def test_metrics_move_with_requests_projection_and_recall(make_env):
         card_id = r.json()["card"]["id"]
         await asyncio.sleep(0.05)
         saved, text = await scrape(env)
-        assert value(saved, "memarc_projection_operations", workspace="acme",
-                     status="pending") == 1
-        assert value(saved, "memarc_projection_oldest_pending_seconds", workspace="acme") > 0
+        assert value(saved, "memarc_projection_operations", status="pending") == 1
+        assert value(saved, "memarc_projection_oldest_pending_seconds") > 0
         assert value(saved, "memarc_http_requests_total", method="POST", route=LIST_ROUTE,
                      status="201") == 1
         lag_before = value(saved, "memarc_projection_lag_seconds_count")
@@ -92,10 +92,9 @@ async def test_metrics_move_with_requests_projection_and_recall(make_env):
         # the worker drains them: pending falls, done and the lag histogram rise
         async with env.running_worker():
             drained = await wait_for(env, lambda s: value(
-                s, "memarc_projection_operations", workspace="acme", status="done") >= 1)
-        assert value(drained, "memarc_projection_operations", workspace="acme",
-                     status="pending") == 0
-        assert value(drained, "memarc_projection_oldest_pending_seconds", workspace="acme") == 0
+                s, "memarc_projection_operations", status="done") >= 1)
+        assert value(drained, "memarc_projection_operations", status="pending") == 0
+        assert value(drained, "memarc_projection_oldest_pending_seconds") == 0
         assert value(drained, "memarc_projection_lag_seconds_count") == lag_before + 1
         assert value(drained, "memarc_projection_lag_seconds_sum") > 0
         assert value(drained, "memarc_projection_lag_seconds_bucket", le="+Inf") == lag_before + 1
@@ -109,8 +108,9 @@ async def test_metrics_move_with_requests_projection_and_recall(make_env):
             assert value(recalled, "memarc_recall_stage_duration_seconds_count", stage=stage) == \
                 value(drained, "memarc_recall_stage_duration_seconds_count", stage=stage) + 1
         assert value(recalled, "memarc_recall_stage_duration_seconds_sum", stage="embed") > 0
-        # labels carry no card content, query, path id or token
-        for secret in (QUERY, CARD["title"], card_id, h["Authorization"].split()[1]):
+        # labels carry no card content, query, path id or token, and an open scrape no
+        # workspace id
+        for secret in (QUERY, CARD["title"], card_id, h["Authorization"].split()[1], "acme"):
             assert secret not in text
 
 
@@ -138,9 +138,7 @@ async def test_lag_buckets_follow_prometheus_le(make_env):
         assert [k[1][0][1] for k in samples if k[0] == bucket][:len(LAG_BUCKETS)] == \
             [str(float(b)) for b in LAG_BUCKETS]
         assert abs(value(samples, "memarc_projection_lag_seconds_sum") - 7200.5) < 1e-6
-        for ws in ("acme", "beta"):
-            assert value(samples, "memarc_projection_operations", workspace=ws,
-                         status="done") == 1
+        assert value(samples, "memarc_projection_operations", status="done") == 2
 
 
 async def test_metrics_token_is_required_when_configured(make_env, tmp_path):
@@ -178,6 +176,31 @@ async def test_metrics_answer_without_postgresql(make_env):
         assert not any(name.startswith("memarc_projection_") for name, _ in samples)
         assert value(samples, "memarc_http_requests_total", method="GET", route="/healthz",
                      status="200") == 1
+
+
+async def test_the_archives_of_one_process_log_a_metrics_outage_once(make_env):
+    """``Resources.archive()`` builds an archive per call that holds no state of its own: the
+    archives of one process (the writer's, the explorer's, one per call) share its outage log,
+    so PostgreSQL being down is one warning for the metrics, not one per archive."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("shared.archive.cards")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        async with make_env(database_url="postgresql://memarc@127.0.0.1:9/memarc") as env:
+            first, second = env.resources.archive(), env.resources.archive()
+            assert first is not second
+            assert await first.queue_figures() is None
+            assert await second.queue_figures() is None
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    said = [r.levelno for r in records
+            if r.getMessage().startswith("metrics without the projection queue")]
+    assert said == [logging.WARNING, logging.DEBUG], said
 
 
 async def test_metrics_say_database_down_while_the_schema_is_outdated(make_env):
@@ -241,3 +264,66 @@ def test_created_series_are_written_unless_disabled_as_the_readme_says():
     assert created <= families[""]
     assert not created & families["True"]
     assert families["True"] == families[""] - created
+
+
+class _Counting:
+    """Counts the transactions a :class:`~shared.store.database.Database` opens and the
+    statements run in them (a spy around the real pool: every transaction still runs on
+    PostgreSQL)."""
+
+    def __init__(self, db) -> None:
+        self.db, self.transactions, self.statements = db, 0, 0
+        self._transaction = db.transaction
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *args, **kwargs):
+        self.transactions += 1
+        async with self._transaction(*args, **kwargs) as conn:
+            execute = conn.execute
+
+            async def counted(*a, **kw):
+                self.statements += 1
+                return await execute(*a, **kw)
+
+            conn.execute = counted
+            try:
+                yield conn
+            finally:
+                conn.execute = execute
+
+
+async def test_a_scrape_costs_one_statement_whatever_the_number_of_workspaces(make_env):
+    """Issue 25, case 7: the queue figures are read in one transaction and one statement with 1
+    workspace and with 51 (it was 2 and 52 transactions); an open scrape names no workspace id,
+    one that presents the metrics token gets the per-workspace series."""
+    async with make_env(metrics_token="s3cret-metrics") as env:
+        auth = {"Authorization": "Bearer s3cret-metrics"}
+        counts, made = {}, 0
+        names = ["acme-hr-layoffs"] + [f"ws-{i:02d}" for i in range(50)]
+        for n in (1, 51):
+            for name in names[made:n]:
+                env.workspace(name)
+            made = n
+            spy = _Counting(env.resources.db)
+            env.resources.db.transaction = spy.transaction
+            try:
+                samples, text = await scrape(env, **auth)
+            finally:
+                del env.resources.db.transaction
+            counts[n] = (spy.transactions, spy.statements)
+            assert value(samples, "memarc_database_up") == 1
+            for name in names[:n]:
+                assert f'workspace="{name}"' in text
+        assert counts[1] == (1, 1) and counts[51] == (1, 1), counts
+        r = await env.client.post("/api/workspaces/acme-hr-layoffs/memory", json=CARD,
+                                  headers=env.token("acme-hr-layoffs"))
+        assert r.status_code == 201
+        samples, _ = await scrape(env, **auth)
+        assert value(samples, "memarc_projection_operations", workspace="acme-hr-layoffs",
+                     status="pending") == 1
+        assert value(samples, "memarc_projection_operations", workspace="ws-07",
+                     status="pending") == 0
+    async with make_env() as env:  # the same database, /metrics open
+        samples, text = await scrape(env)
+        assert "acme-hr-layoffs" not in text and 'workspace="' not in text
+        assert value(samples, "memarc_projection_operations", status="pending") == 1

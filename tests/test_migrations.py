@@ -172,3 +172,45 @@ async def test_migration_010_keeps_existing_review_tokens_working_and_new_ones_s
         notices.clear()
         assert migrate(env.migrator_url, "memory", notices=notices) == ["010_reviewer_gate"]
         assert permissions() == got and notices == []
+
+
+def test_migrate_refuses_the_runtime_login_unless_told_to_accept_it(empty_db):
+    """Issue 25, case 8: ``memarc migrate`` without a migrator login of its own (unset, or the
+    runtime login's user) exits 2 with ``migrator_missing`` naming what to set, and applies
+    nothing; ``--allow-runtime-login`` accepts the risk; a migrator login of its own migrates."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEMARC_")}
+
+    def run(*extra: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "writer.cli", "migrate", *extra], cwd=root,
+                              env={**base, **env}, capture_output=True, text=True, timeout=180)
+
+    def schema_exists() -> bool:
+        with psycopg.connect(empty_db) as conn:
+            return conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'memory'"
+                                ).fetchone()[0] == 1
+
+    for env in ({"MEMARC_DATABASE_URL": empty_db},
+                {"MEMARC_DATABASE_URL": empty_db, "MEMARC_MIGRATOR_DATABASE_URL": empty_db}):
+        r = run(**env)
+        assert r.returncode == 2, (r.stdout, r.stderr)
+        problem = json.loads(r.stderr.strip().splitlines()[-1])
+        assert problem["code"] == "migrator_missing", problem
+        assert "MEMARC_MIGRATOR_DATABASE_URL" in problem["error"] and \
+            "--allow-runtime-login" in problem["error"], problem
+        assert not schema_exists()
+    r = run("--allow-runtime-login", MEMARC_DATABASE_URL=empty_db)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["applied"] and schema_exists()
+    # a migrator of its own (the database owner) with a separate runtime login: no flag needed
+    runtime = empty_db.replace("postgres@", "memarc_rt@", 1)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
+                     "'memarc_rt') THEN CREATE ROLE memarc_rt LOGIN; END IF; END $$")
+    r = run(MEMARC_DATABASE_URL=runtime, MEMARC_MIGRATOR_DATABASE_URL=empty_db)
+    assert r.returncode == 0 and json.loads(r.stdout)["applied"] == [], r.stderr[-2000:]

@@ -571,8 +571,9 @@ def test_postgresql_outage_under_separate_writer_and_worker(redis_url, tmp_path)
     try:
         pg.init()
         pg.start()
-        r = subprocess.run([sys.executable, "-m", "writer.cli", "migrate"], cwd=ROOT, env=env_vars,
-                           capture_output=True, text=True, timeout=120)
+        # one login for both (a throwaway cluster): accepted explicitly
+        r = subprocess.run([sys.executable, "-m", "writer.cli", "migrate", "--allow-runtime-login"],
+                           cwd=ROOT, env=env_vars, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         create_workspace(pg.url, "memory", "acme", "en")
         h = {"Authorization": "Bearer " + create_token(pg.url, "memory", "acme",

@@ -46,17 +46,25 @@ async def test_a_new_demo_start_revokes_the_previous_demo_token(make_env):
 
 
 async def test_the_demo_tokens_keep_the_reviewer_gate(make_env):
-    """`memarc up --demo` prints the assistant's token (manage + propose) and the reviewer's
-    (review): neither can apply its own proposals, both are revoked by the next start."""
+    """`memarc up --demo` prints the assistant's token (read + propose), the administrator's
+    (manage) and the reviewer's (review), least privilege: the assistant can neither write a
+    card directly nor apply its own proposals; all three are revoked by the next start."""
     from writer.demo import demo_token
 
     async with make_env() as env:
         first = demo_token(env.settings, "bird")
-        tokens = (first, first["review_token"])
-        assert [t["permissions"] for t in tokens] == [["memory.manage", "memory.propose"],
-                                                      ["memory.review"]]
+        tokens = (first, first["review_token"], first["manage_token"])
+        assert [t["permissions"] for t in tokens] == [["memory.propose", "memory.read"],
+                                                      ["memory.review"], ["memory.manage"]]
         assert all("warning" not in t for t in tokens)
-        agent, reviewer = ({"Authorization": f"Bearer {t['token']}"} for t in tokens)
+        agent, reviewer, manager = ({"Authorization": f"Bearer {t['token']}"} for t in tokens)
+        card = {"family": "sql_rule", "title": "Net revenue",
+                "content": {"rule": "Exclude refunds from revenue."}}
+        r = await env.client.post("/api/workspaces/bird/memory", headers=agent, json=card)
+        assert r.status_code == 403 and r.json()["code"] == "forbidden", r.text
+        r = await env.client.post("/api/workspaces/bird/memory/search", headers=agent,
+                                  json={"query": "revenue"})
+        assert r.status_code != 403, r.text  # the assistant recalls
         session = "/api/workspaces/bird/sessions/demo"
         proposal = {"key": "k", "decisions": [{"id": "d", "status": "approved"}],
                     "family": "sql_rule", "title": "Net revenue",
@@ -74,7 +82,7 @@ async def test_the_demo_tokens_keep_the_reviewer_gate(make_env):
         assert r.status_code == 200, r.text
         # the next start revokes both
         second = demo_token(env.settings, "bird")
-        for h in (agent, reviewer):
+        for h in (agent, reviewer, manager):
             r = await env.client.get("/api/workspaces/bird/memory/status", headers=h)
             assert r.status_code == 401, r.text
         assert second["token"] != first["token"]

@@ -80,6 +80,7 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=OpenAPIConfig(
             title="Memory archive writer", version="0.1.0", path="/schema",
+            use_handler_docstrings=True,  # the handlers' docstrings are the operations' descriptions
             components=Components(security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer",
                                          description="API token from `memarc token create`")}),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -16,8 +18,11 @@ from shared.store.bootstrap import create_token, create_workspace, revoke_labell
 
 #: Label of the token each ``memarc up --demo`` prints; a new start revokes the previous one.
 DEMO_TOKEN_LABEL = "memarc up demo"
-#: The demo's assistant token (administration, recall, proposals) and reviewer token (review).
-DEMO_PERMISSIONS = ("memory.manage", "memory.propose")
+#: The demo's tokens, least privilege (issue 25, case 8): the assistant's recalls and proposes
+#: (it cannot write cards directly nor apply a review), the administrator's manages cards, the
+#: reviewer's reviews; no one token can both propose and apply.
+DEMO_PERMISSIONS = ("memory.read", "memory.propose")
+DEMO_MANAGE_PERMISSIONS = ("memory.manage",)
 DEMO_REVIEW_PERMISSIONS = ("memory.review",)
 
 
@@ -33,34 +38,79 @@ def admin_sign_in_link(settings: Settings, workspace: str, writer_url: str) -> s
 
 def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
     """Create ``workspace`` (language ``en``) if it does not exist, revoke the tokens of the
-    previous demo start and create two new ones, the reviewer gate kept (issue 16): the
-    assistant's ``memory.manage`` + ``memory.propose`` token, returned as
-    :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret, …}``), with the
-    reviewer's ``memory.review`` token under ``review_token`` (the same form). No demo token can
-    apply its own proposals.
+    previous demo start and create three new ones, least privilege (issue 25, case 8) and the
+    reviewer gate kept (issue 16): the assistant's ``memory.read`` + ``memory.propose`` token,
+    returned as :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret,
+    …}``), the administrator's ``memory.manage`` token under ``manage_token`` and the reviewer's
+    ``memory.review`` token under ``review_token`` (the same form). The assistant can neither
+    write cards directly nor apply its own proposals.
 
     Uses the migrator credentials; raises what bootstrap raises (:class:`~shared.errors.BootstrapUnavailable`, ...).
     """
     create_workspace(settings.migrator_database_url, settings.db_schema, workspace, "en")
-    # one live pair of demo tokens at a time: the previous start's are revoked, these printed
+    # one live set of demo tokens at a time: the previous start's are revoked, these printed
     revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema, workspace,
                            DEMO_TOKEN_LABEL)
     token = create_token(settings.migrator_database_url, settings.db_schema, workspace,
                          list(DEMO_PERMISSIONS), label=DEMO_TOKEN_LABEL)
-    token["review_token"] = create_token(settings.migrator_database_url, settings.db_schema,
-                                         workspace, list(DEMO_REVIEW_PERMISSIONS),
-                                         label=DEMO_TOKEN_LABEL)
+    for key, permissions in (("manage_token", DEMO_MANAGE_PERMISSIONS),
+                             ("review_token", DEMO_REVIEW_PERMISSIONS)):
+        token[key] = create_token(settings.migrator_database_url, settings.db_schema, workspace,
+                                  list(permissions), label=DEMO_TOKEN_LABEL)
     return token
 
 
+#: the quick start's first query: a BIRD question worded differently from the stored one
+FIRST_QUESTION = ("count men clients residing in North Bohemia where the average salary is "
+                  "above 8000")
+
+
+def ready_block(info: dict[str, Any], admin_sign_in: str, explorer_sign_in: str) -> str:
+    """The block ``memarc up --demo`` prints once the demo's cards are indexed (issue 26): where
+    everything is, the tokens again, a fresh one-time administration sign-in link, and lines to
+    copy: the environment of the CLI (``MEMARC_URL``, ``MEMARC_TOKEN`` and the ``memarc``
+    command's folder on ``PATH``), a first recall by the CLI and by curl. ``info``: what
+    ``memarc up`` printed at start (``writer``, ``explorer``, ``admin``, ``workspace``,
+    ``token``, ``manage_token``, ``review_token``); ``admin_sign_in`` and ``explorer_sign_in``:
+    fresh one-time links (those printed at start may be used up by now)."""
+    bin_dir = Path(sys.executable).parent
+    writer, ws, token = info["writer"], info["workspace"], info["token"]
+    body = json.dumps({"query": FIRST_QUESTION, "mode": "solved", "top": 3})
+    return "\n".join([
+        "",
+        f"Ready: the {ws!r} cards are indexed. Where everything is:",
+        f"  writer (HTTP API)  {writer}    API reference: {writer}/schema",
+        f"  explorer           {info['explorer']}",
+        f"    sign in          {explorer_sign_in}",
+        "                     (one-time, 15 minutes; another: memarc explorer-sign-in-link)",
+        f"  administration     {info['admin']}",
+        f"    sign in          {admin_sign_in}",
+        f"                     (one-time, 15 minutes; another: memarc sign-in-link --workspace {ws})",
+        f"  MCP                {writer}/mcp  (Authorization: Bearer <token>)",
+        "Tokens of workspace " + repr(ws) + " (printed again at every start, which replaces them):",
+        f"  assistant, memory.read + memory.propose   {token}",
+        f"  administrator, memory.manage              {info['manage_token']}",
+        f"  reviewer, memory.review                   {info['review_token']}",
+        "Try it (another terminal):",
+        f"  export PATH=\"{bin_dir}:$PATH\" MEMARC_URL={writer} MEMARC_TOKEN={token}",
+        f"  memarc solved-search \"{FIRST_QUESTION}\" --workspace {ws}",
+        f"  curl -s -X POST {writer}/api/workspaces/{ws}/memory/search \\",
+        f"    -H \"Authorization: Bearer {token}\" -H 'Content-Type: application/json' \\",
+        f"    -d '{body}'",
+        "",
+    ])
+
+
 async def load_demo_cards(archive: Archive, principal: Principal, workspace: str,
-                          cards_path: Path, out: TextIO) -> None:
+                          cards_path: Path, out: TextIO,
+                          ready: Callable[[], str] | None = None) -> None:
     """Import ``cards_path`` into ``workspace`` (idempotent by key: the cards imported by an
     earlier start are skipped, one deleted since is imported again, other cards are left alone),
     then, when it created cards, print the projection progress to ``out`` once a second until
     every card is projected, ending with a JSON line ``{"demo_ready": true, "cards",
     "by_family", "seconds_to_import_and_project"}``; when it created none, that line at once
-    with ``current`` (projected cards) and a ``note``.
+    with ``current`` (projected cards) and a ``note``. Then ``ready()``'s text, when given (the
+    :func:`ready_block`).
 
     :raises InvalidInput: a line of the cards file is invalid (nothing is imported).
     """
@@ -80,11 +130,13 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
         if status.current >= status.cards:
             break
         await asyncio.sleep(1.0)
-    ready: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status.cards,
+    done: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status.cards,
                              "by_family": status.by_family}
     if result.created:
-        ready["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
+        done["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
     else:
-        ready.update(current=status.current,
+        done.update(current=status.current,
                      note="every bundled card was imported already; nothing imported")
-    print(json.dumps(ready), file=out, flush=True)
+    print(json.dumps(done), file=out, flush=True)
+    if ready is not None:
+        print(ready(), file=out, flush=True)

@@ -58,9 +58,10 @@ class RequestMetrics(ASGIMiddleware):
 async def metrics(state: State, request: Request) -> Response[bytes]:
     """The process's metrics in the Prometheus text format (0.0.4): requests by route template
     and status, recall stage latencies, the index engine and projection format, and the
-    projection queue of every workspace read from PostgreSQL at this scrape (see README,
+    projection queue read from PostgreSQL at this scrape in one statement (see README,
     "Metrics"). Open unless ``MEMARC_METRICS_TOKEN_FILE`` is set; then it requires
-    ``Authorization: Bearer <that token>`` (401 otherwise). PostgreSQL down: still 200, with
+    ``Authorization: Bearer <that token>`` (401 otherwise) and the queue figures are per
+    workspace; open, they are totals and name no workspace. PostgreSQL down: still 200, with
     ``memarc_database_up 0`` and no queue figures."""
     expected = state.metrics_token
     if expected is not None:
@@ -69,5 +70,6 @@ async def metrics(state: State, request: Request) -> Response[bytes]:
                                                                  expected.encode()):
             raise Unauthorized("send Authorization: Bearer <the MEMARC_METRICS_TOKEN_FILE token>")
     archive = state.archive
-    body = archive.metrics.exposition(await archive.queue_figures())
+    body = archive.metrics.exposition(await archive.queue_figures(),
+                                      per_workspace=expected is not None)
     return Response(body, media_type=MEDIA_TYPE)

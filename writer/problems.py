@@ -25,6 +25,7 @@ from litestar.types import Scope
 
 from shared import models
 from shared.archive.activity import record_rejection
+from shared.enum_errors import with_allowed
 from shared.errors import ArchiveError, BoundaryRejection, is_recorded
 from writer.auth import principal_of
 
@@ -121,7 +122,11 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
         if errors and any(e.get("key") == "data" and e.get("message") == "'data'" for e in errors):
             return problem(400, "The request could not be read.", "a JSON request body is required",
                            "bad_request", request)
-        return problem(400, "The request could not be read.", str(exc.detail), "bad_request",
+        errors = [_name_allowed_values(request, e) for e in errors or []] or None
+        enum_errors = [f"{e.get('key')}: {e['message']}" for e in errors or []
+                       if str(e.get("message", "")).startswith("Invalid enum value")]
+        return problem(400, "The request could not be read.",
+                       "; ".join(enum_errors) or str(exc.detail), "bad_request",
                        request, errors=errors)
     titles = {400: "The request could not be read."}
     detail = str(exc.detail)
@@ -137,6 +142,26 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
     for name, value in (exc.headers or {}).items():  # e.g. Allow on 405
         response.headers[name] = value
     return response
+
+
+def _name_allowed_values(request: Request, error: Any) -> Any:
+    """A Litestar validation error (``{message, key, source}``) whose message is an enum error,
+    with the allowed values added (:func:`shared.enum_errors.with_allowed`): found in the route's
+    body type (``source`` ``body``) or its signature model (a query, path or header parameter)."""
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str) \
+            or not isinstance(error.get("key"), str):
+        return error
+    handler = request.scope.get("route_handler")
+    if handler is None:
+        return error
+    if error.get("source") == "body":
+        data = handler.parsed_fn_signature.parameters.get("data")
+        type_, path = (data.annotation if data is not None else None), error["key"]
+    else:
+        type_, path = handler.signature_model, error["key"]
+    if type_ is None:
+        return error
+    return {**error, "message": with_allowed(error["message"], type_, path)}
 
 
 def _internal_error(request: Request, exc: Exception) -> Response:

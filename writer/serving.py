@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shared.archive.explorer_sign_in import SIGN_IN_PATH, issue, signing_secret
 from shared.auth import Principal
 from shared.cards_file import bundled_cards
 from shared.config import Settings, load_settings
@@ -28,8 +30,10 @@ from shared.models import LANGUAGES
 from shared.worker import build_worker, stop_worker, supervise_worker
 from shared.resources import Resources
 from shared.store.migrations import login_of, migrate
-from writer.demo import admin_sign_in_link, demo_token, load_demo_cards
+from writer.demo import admin_sign_in_link, demo_token, load_demo_cards, ready_block
 from writer.embedded import EmbeddedServices
+
+log = logging.getLogger("memarc.serving")
 
 EMBEDDED_REFUSAL = (
     "memarc {what} runs as a separate process and needs a shared Qdrant server "
@@ -48,27 +52,17 @@ class UsageError(Exception):
 
 
 def explorer_secret(settings: Settings) -> str:
-    """The explorer's signing secret (64 hex digits), kept in ``data_dir/explorer_secret`` (mode
-    0600, created on first use) so that a sign-in cookie survives a restart of ``memarc up``
-    (Datasette otherwise draws a new one at each start).
+    """The explorer's signing secret: ``DATASETTE_SECRET`` when set, else the one kept in
+    ``data_dir/explorer_secret`` (mode 0600, created on first use), so that a sign-in cookie
+    survives a restart of ``memarc up`` (Datasette otherwise draws a new one at each start) and
+    ``memarc explorer-sign-in-link`` can sign a new link for the running explorer
+    (:mod:`shared.archive.explorer_sign_in`).
 
     :raises OSError: the file cannot be read or written.
     """
-    import secrets
-
-    path = Path(settings.data_dir) / "explorer_secret"
-    try:
-        value = path.read_text(encoding="utf-8").strip()
-        if value:
-            return value
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(value)
-    return value
+    secret = signing_secret(settings.data_dir, create=True)
+    assert secret is not None  # created when missing
+    return secret
 
 
 def explorer_app(settings: Settings, resources: Resources | None, workspaces: dict[str, Any],
@@ -231,11 +225,16 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             token = demo_token(settings, demo_workspace)
             info["workspace"] = demo_workspace
             info["token"] = token["token"]
+            info["manage_token"] = token["manage_token"]["token"]
             info["review_token"] = token["review_token"]["token"]
             info["admin_sign_in"] = admin_sign_in_link(settings, demo_workspace,
                                                        f"http://{host}:{port}")
-        ds = explorer_app(settings, resources, {}, secret=explorer_secret(settings))
-        info["explorer_sign_in"] = f"http://{host}:{explorer_port}/-/auth-token?token={ds._root_token}"
+        secret = explorer_secret(settings)
+        ds = explorer_app(settings, resources, {}, secret=secret)
+        explorer_base = f"http://{host}:{explorer_port}"
+        info["explorer_sign_in"] = f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}"
+        info["new_sign_in_links"] = new_link_commands(explorer_base, f"http://{host}:{port}",
+                                                      demo_workspace)
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)
         worker = build_worker(resources)
@@ -244,11 +243,27 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         if demo_workspace and token:
             principal = Principal(workspace=demo_workspace,
                                   permissions=frozenset({"memory.manage"}), actor="memarc-up")
-            await load_demo_cards(resources.archive(), principal, demo_workspace,
-                                  cards_path or bundled_cards(), out)
+            writer_url = f"http://{host}:{port}"
+            await load_demo_cards(
+                resources.archive(), principal, demo_workspace, cards_path or bundled_cards(),
+                out, ready=lambda: ready_block(
+                    info, admin_sign_in_link(settings, demo_workspace, writer_url),
+                    f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}"))
         await serve
     finally:
         await resources.close()
+
+
+def new_link_commands(explorer_base: str, writer_base: str,
+                      workspace: str | None) -> dict[str, str]:
+    """The commands that print new one-time sign-in links while ``memarc up`` runs (no restart,
+    no token revoked): ``{explorer, admin}`` (``admin`` names the demo workspace, else a
+    placeholder), with the path of this ``memarc``."""
+    memarc = Path(sys.executable).parent / "memarc"
+    exe = str(memarc) if memarc.exists() else "memarc"
+    return {"explorer": f"{exe} explorer-sign-in-link --url {explorer_base}",
+            "admin": f"{exe} sign-in-link --workspace {workspace or 'WORKSPACE'} "
+                     f"--url {writer_base}"}
 
 
 def refuse_embedded(what: str, settings: Settings) -> None:
@@ -330,7 +345,9 @@ def run_worker() -> None:
 def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
     """``memarc explorer``: the Datasette explorer alone. Browsing needs PostgreSQL only; its
     recall page needs a Qdrant server (MEMARC_QDRANT_URL) and otherwise says the index is not
-    available in this process.
+    available in this process. Its signing secret is :func:`explorer_secret`'s, so
+    ``memarc explorer-sign-in-link`` prints new sign-in links for it on the same machine (or
+    container); a data dir it cannot write leaves Datasette's one-time root link only.
 
     :raises json.JSONDecodeError: ``workspaces_json`` is not JSON.
     """
@@ -341,9 +358,18 @@ def run_explorer(host: str, port: int, workspaces_json: str | None) -> None:
         resources = None
         if not settings.embedded_qdrant:
             resources = await Resources.open(settings, with_index=True)
-        ds = explorer_app(settings, resources, mapping)
-        print(json.dumps({"explorer": f"http://{host}:{port}/-/memory",
-                          "sign_in": f"http://{host}:{port}/-/auth-token?token={ds._root_token}"}),
+        try:  # as memarc up's: a new link with `memarc explorer-sign-in-link`, no restart
+            secret: str | None = explorer_secret(settings)
+        except OSError as exc:  # a read-only data dir: Datasette's own one-time root link only
+            log.warning("no explorer secret in %s (%s): sign-in links need DATASETTE_SECRET",
+                        settings.data_dir, exc)
+            secret = None
+        ds = explorer_app(settings, resources, mapping, secret=secret)
+        base = f"http://{host}:{port}"
+        sign_in = (f"{base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}" if secret
+                   else f"{base}/-/auth-token?token={ds._root_token}")
+        print(json.dumps({"explorer": f"{base}/-/memory", "sign_in": sign_in,
+                          "new_sign_in_link": f"memarc explorer-sign-in-link --url {base}"}),
               flush=True)
         try:
             await _serve([(ds.app(), host, port)], None)

@@ -33,23 +33,6 @@ async def list_cards(db: Database, workspace: str, query: ListQuery) -> tuple[li
         return await listing.list_cards(conn, query)
 
 
-async def card_detail(db: Database, workspace: str, card_id: str
-                      ) -> tuple[Card, list[IncomingLink], list[dict[str, Any]]]:
-    """A card, its incoming links and its open projection operations.
-
-    :raises NotFound: no such card in this workspace.
-    """
-    from shared.errors import NotFound
-
-    cid = parse_card_id(card_id)
-    if cid is None:
-        raise NotFound(f"no card {card_id!r}")
-    async with db.transaction(workspace, role="reader", read_only=True) as conn:
-        card = await cards.get(conn, cid)
-        incoming = await cards.incoming_links(conn, cid)
-        return card, incoming, await outbox.pending_for_card(conn, cid)
-
-
 async def pending(db: Database, workspace: str, limit: int = 100, offset: int = 0
                   ) -> tuple[list[dict[str, Any]], int]:
     """Incomplete projection operations of a workspace and their count."""

@@ -15,9 +15,7 @@ written by :func:`~shared.archive.activity.audited` in a transaction of its own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from typing import Literal
 
@@ -25,20 +23,20 @@ import msgspec
 
 from shared import models
 from shared.archive.activity import audited
+from shared.archive.polling import poll
 from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
                                       CardPage, DeleteResult, DependencyStatus, OpenOperation,
                                       PendingOperation, PendingPage, QueuedRebuild, Readiness,
                                       RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
                                       WriteResult)
 from shared.auth import Principal
-from shared.config import Settings
 from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
                            InvalidInput, NotFound, PoolExhausted, SchemaOutdated)
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.metrics import Metrics, QueueFigures
-from shared.models import (MAX_WAIT_SECONDS, Card, CardWrite, SearchRequest, card_id_str,
-                           parse_card_id, validate_card_write)
+from shared.models import (Card, CardWrite, SearchRequest, card_id_str, parse_card_id,
+                           validate_card_write)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.queue import OutageLog, ProjectionQueue
 from shared.recall.verified import RecallTimings, recall
@@ -58,6 +56,12 @@ def _card_uuid(card_id: str) -> uuid.UUID:
     return cid
 
 
+def metrics_outage_log() -> OutageLog:
+    """The log of the database outages the metrics meet (:meth:`Archive.queue_figures`): one per
+    process, which :class:`~shared.resources.Resources` holds."""
+    return OutageLog(log, "metrics read the projection queue again")
+
+
 class Archive:
     """The archive's services over one database, queue and (optionally) index and embedder.
 
@@ -67,42 +71,44 @@ class Archive:
     sends to the embedder and the index. ``workflow``, ``schema_changes`` and ``transfer`` are
     the session workflow, the schema-change cleanup and the cards-file import and export over
     the same database and queue. ``metrics``: where recall observes its stages (default: a
-    registry of this archive's own).
+    registry of this archive's own); ``metrics_outage``: where :meth:`queue_figures` logs a
+    database outage once (default: a log of its own, :func:`metrics_outage_log`). It holds
+    references only, so an archive is cheap to build and any number of them share the state
+    of what they were given.
     """
 
-    def __init__(self, settings: Settings, db: Database, queue: ProjectionQueue,
+    def __init__(self, db: Database, queue: ProjectionQueue,
                  index: IndexEngine | None = None, embedder: Embedder | None = None, *,
-                 privacy: PrivacyFilter = DEFAULT_FILTER, metrics: Metrics | None = None) -> None:
-        self.settings = settings
+                 privacy: PrivacyFilter = DEFAULT_FILTER, metrics: Metrics | None = None,
+                 metrics_outage: OutageLog | None = None) -> None:
         self.db = db
         self.queue = queue
         self.index = index
         self.embedder = embedder
         self.privacy = privacy
         self.metrics = metrics or Metrics()
-        self._metrics_outage = OutageLog(log, "metrics read the projection queue again")
+        self.metrics_outage = metrics_outage or metrics_outage_log()
         self.workflow = Workflow(db, queue)
         self.schema_changes = SchemaChanges(db, queue)
         self.transfer = Transfer(db, queue)
 
     # ---- helpers ----
 
+    async def _projected(self, workspace: str, card_uuid: uuid.UUID, deleted: bool) -> bool:
+        """Whether the card's projection is done: its point deleted (``deleted``), else its
+        current revision projected in the current format."""
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            if deleted:
+                return not await outbox.open_for_card(conn, card_uuid)
+            state = await outbox.projection_state(conn, card_uuid)
+            return bool(state and state["projected_revision"] == state["revision"]
+                        and state["projected_format"] == models.PROJECTION_FORMAT)
+
     async def _wait(self, workspace: str, card_uuid: uuid.UUID, seconds: float,
                     deleted: bool = False) -> str:
-        deadline = time.monotonic() + min(max(seconds, 0.0), MAX_WAIT_SECONDS)
-        while True:
-            async with self.db.transaction(workspace, read_only=True) as conn:
-                if deleted:
-                    done = not await outbox.open_for_card(conn, card_uuid)
-                else:
-                    state = await outbox.projection_state(conn, card_uuid)
-                    done = bool(state and state["projected_revision"] == state["revision"]
-                                and state["projected_format"] == models.PROJECTION_FORMAT)
-            if done:
-                return "current"
-            if time.monotonic() >= deadline:
-                return "pending"
-            await asyncio.sleep(0.1)
+        """``current`` once the card's projection is done within ``seconds``, else ``pending``."""
+        done = await poll(lambda: self._projected(workspace, card_uuid, deleted), bool, seconds)
+        return "current" if done else "pending"
 
     async def _written(self, workspace: str, card: Card, op_id: int,
                        wait: float) -> WriteResult:
@@ -217,8 +223,10 @@ class Archive:
 
     async def pending(self, principal: Principal, workspace: str, limit: int = 100,
                       offset: int = 0) -> PendingPage:
-        """Incomplete projection operations, upserts and deletions, oldest first."""
-        principal.require(workspace, "memory.manage")
+        """Incomplete projection operations, upserts and deletions, oldest first (for
+        ``memory.manage``, and for ``memory.review``: a reviewer sees whether the cards a review
+        applied are indexed yet; retrying needs ``memory.manage``)."""
+        principal.require(workspace, "memory.manage", "memory.review")
         if not 1 <= limit <= 1000 or offset < 0:
             raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
         async with self.db.transaction(workspace, read_only=True) as conn:
@@ -236,13 +244,9 @@ class Archive:
         principal.require(workspace, "memory.manage")
         card_uuid = _card_uuid(card_id)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
-            op_ids = await outbox.reset_for_retry(conn, card_uuid)
+            op_ids, _ = await outbox.requeue(conn, workspace, card_uuid)
             if not op_ids:
-                state = await outbox.projection_state(conn, card_uuid)
-                if state is None:
-                    raise NotFound(f"no card or open operation {card_id_str(card_uuid)}")
-                op_ids = [await outbox.insert(conn, workspace, card_uuid, "upsert",
-                                              state["revision"])]
+                raise NotFound(f"no card or open operation {card_id_str(card_uuid)}")
             await activity.record(conn, workspace, actor=principal.actor, verb="retry",
                                       card_uuid=card_uuid, outcome="ok",
                                       detail={"operations": op_ids})
@@ -377,9 +381,9 @@ class Archive:
         try:
             figures = await outbox.queue_figures(self.db)
         except (DatabaseUnavailable, SchemaOutdated) as exc:
-            self._metrics_outage.failed("metrics without the projection queue: %s", exc.message)
+            self.metrics_outage.failed("metrics without the projection queue: %s", exc.message)
             return None
-        self._metrics_outage.succeeded()
+        self.metrics_outage.succeeded()
         return figures
 
     # ---- status ----

@@ -34,8 +34,6 @@ The SQL is in :mod:`shared.store.schema_changes`. A rejected call is recorded by
 """
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -44,6 +42,7 @@ import msgspec
 from msgspec import Meta
 
 from shared.archive.activity import audited
+from shared.archive.polling import poll
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput, NotFound
 from shared.models import MAX_WAIT_SECONDS, Name, card_id_str, parse_card_id
@@ -122,6 +121,14 @@ class SchemaChangeOutcome(msgspec.Struct):
     replayed: bool
 
 
+class SchemaChangeRunPage(msgspec.Struct):
+    """What :meth:`SchemaChanges.runs` returns: one page of the workspace's runs, newest first,
+    and how many runs there are in all (of the token's database/schema when it is bound)."""
+
+    runs: list[SchemaChangeResult]
+    total: int
+
+
 def _normalise(req: SchemaChangeRequest) -> SchemaChangeRequest:
     """Trimmed names, duplicates removed, sorted (so the same change always has one digest).
 
@@ -186,6 +193,15 @@ def _check_binding(principal: Principal, database: str, schema: str) -> None:
         raise Forbidden(f"this token is bound to schema {principal.schema!r}")
 
 
+def _within_binding(principal: Principal, row: dict[str, Any]) -> bool:
+    """Whether a run's database/schema is within the token's binding (DESIGN §8)."""
+    try:
+        _check_binding(principal, row["database_name"], row["schema_name"])
+    except Forbidden:
+        return False
+    return True
+
+
 class SchemaChanges:
     """Physical schema-change cleanup over one database and projection queue."""
 
@@ -196,6 +212,41 @@ class SchemaChanges:
     def _check(self, principal: Principal, workspace: str, req: SchemaChangeRequest) -> None:
         principal.require(workspace, "memory.schema")
         _check_binding(principal, req.database.strip(), req.schema.strip())
+
+    async def runs(self, principal: Principal, workspace: str, limit: int = 100,
+                   offset: int = 0) -> SchemaChangeRunPage:
+        """The workspace's runs, newest first, each with its phase and deletion receipt (a
+        pending run whose point deletions completed meanwhile is marked done, as when it is
+        repeated). A token bound to a database (and schema) sees that one's runs only.
+
+        :raises InvalidInput: ``limit`` outside 1..1000 or ``offset`` < 0.
+        :raises Forbidden: no ``memory.schema``. :raises NotFound: another workspace.
+        """
+        principal.require(workspace, "memory.schema")
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise InvalidInput("limit must be 1..1000 and offset ≥ 0", field="limit")
+        async with self.db.transaction(workspace) as conn:
+            await workspaces.get(conn, workspace)
+            rows, total = await store.list_runs(conn, database=principal.database,
+                                                schema=principal.schema, limit=limit,
+                                                offset=offset)
+            results = [_result(*await _settle(conn, row)) for row in rows]
+        return SchemaChangeRunPage(runs=results, total=total)
+
+    async def get_run(self, principal: Principal, workspace: str,
+                      run_id: str) -> SchemaChangeResult:
+        """One run with its phase, deletion receipt and the cards whose point deletion is
+        still open (settled as :meth:`runs` does).
+
+        :raises NotFound: no such run, or it is outside the token's database/schema binding
+            (indistinguishable). :raises Forbidden: no ``memory.schema``.
+        """
+        principal.require(workspace, "memory.schema")
+        async with self.db.transaction(workspace) as conn:
+            row = await store.run(conn, run_id.strip(), for_update=True)
+            if row is None or not _within_binding(principal, row):
+                raise NotFound(f"no schema-change run {run_id!r}")
+            return _result(*await _settle(conn, row))
 
     @audited("schema_change")
     async def apply(self, principal: Principal, workspace: str, req: SchemaChangeRequest,
@@ -316,7 +367,8 @@ class SchemaChanges:
         if op_ids:
             await self.queue.enqueue(workspace, op_ids)
         if open_ and wait > 0:
-            row, open_ = await self._wait(workspace, run_id, wait)
+            row, open_ = await poll(lambda: self._settled(workspace, run_id),
+                                    lambda settled: not settled[1], wait)
         return _result(row, open_)
 
     async def _delete_cards(self, conn: Any, principal: Principal, workspace: str,
@@ -349,13 +401,9 @@ class SchemaChanges:
                                      cards_deleted=not errors)
         return row, op_ids
 
-    async def _wait(self, workspace: str, run_id: str,
-                    seconds: float) -> tuple[dict[str, Any], list[uuid.UUID]]:
-        """Wait up to ``seconds`` for the run's point deletions, then settle it."""
-        deadline = time.monotonic() + seconds
-        while True:
-            async with self.db.transaction(workspace) as conn:  # the run's row lock suffices
-                row, open_ = await _settle(conn, await store.run(conn, run_id, for_update=True))
-            if not open_ or time.monotonic() >= deadline:
-                return row, open_
-            await asyncio.sleep(0.1)
+    async def _settled(self, workspace: str,
+                       run_id: str) -> tuple[dict[str, Any], list[uuid.UUID]]:
+        """The run settled (:func:`_settle`) in a transaction of its own, and its open point
+        deletions."""
+        async with self.db.transaction(workspace) as conn:  # the run's row lock suffices
+            return await _settle(conn, await store.run(conn, run_id, for_update=True))

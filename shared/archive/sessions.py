@@ -500,13 +500,9 @@ class Workflow:
             for entry in receipt.projection:
                 cid = parse_card_id(entry.card_id)
                 assert cid is not None
-                ops = await outbox.reset_for_retry(conn, cid)
-                state = await outbox.projection_state(conn, cid)
-                if state is not None and not ops:
-                    ops = [await outbox.insert(conn, workspace, cid, "upsert",
-                                                      state["revision"])]
+                ops, exists = await outbox.requeue(conn, workspace, cid)
                 results.append(SolvedIndexCard(card_id=entry.card_id,
-                                               status="requeued" if state else "deleted",
+                                               status="requeued" if exists else "deleted",
                                                operations=ops))
                 all_ops += ops
             await activity.record(

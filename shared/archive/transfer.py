@@ -72,6 +72,23 @@ async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, in
     return refs, existing
 
 
+def _check_provenance(n: int, card: ImportCard) -> None:
+    """Refuse an import line (number ``n``) that claims a review's provenance: origin
+    ``workflow``, or a source naming a session or decisions (only a review writes those).
+
+    :raises InvalidInput: naming the line, its key and the field (``origin`` or ``source``).
+    """
+    claims = ("origin", "'workflow'") if card.origin == "workflow" else (
+        ("source", "a session or decisions") if card.source is not None
+        and (card.source.session_id is not None or card.source.decision_ids) else None)
+    if claims:
+        field, what = claims
+        raise InvalidInput(
+            f"line {n} (key {card.key!r}): {field} {what} is written only by a review; an import "
+            "writes 'import' or 'manual' cards with at most a dataset source (to restore a file "
+            "exported from this archive, import it with mode=restore)", field=field, line=n)
+
+
 def _signature(card: Card | ImportCard) -> tuple[Any, ...]:
     """What makes an import line the card it created: family, title, content, scope, concepts
     and dependencies (in order) and source; not the links (a line names them by key)."""
@@ -150,7 +167,8 @@ class Transfer:
     @audited("import")
     async def import_cards(self, principal: Principal, workspace: str,
                            lines: Iterable[ImportCard],
-                           on_conflict: models.OnConflict = "skip") -> ImportResult:
+                           on_conflict: models.OnConflict = "skip",
+                           mode: models.ImportMode = "import") -> ImportResult:
         """Import a cards file in one transaction (all or nothing), through the same validation
         as the API; idempotent by key.
 
@@ -165,7 +183,14 @@ class Transfer:
         key of a card of the workspace, else the id of one. A key that is a card id in another
         spelling is read as ``mem-<uuid>`` (as links are).
 
-        :raises InvalidInput: no lines (``no cards``), a line is invalid (its number and key
+        Provenance comes from where a card comes from: with ``mode`` ``import`` (the default) a
+        line may be ``import`` (default) or ``manual`` and its source may name a dataset record,
+        but only a review writes ``workflow`` cards and session sources, so a line claiming one
+        is refused. ``restore`` keeps every line's origin and source as written: it is for a
+        file ``export`` wrote from this archive, and the activity record says it was used.
+
+        :raises InvalidInput: no lines (``no cards``), a line claiming a review's provenance
+            without ``mode=restore`` (``field`` ``origin`` or ``source``, ``line``), a line is invalid (its number and key
             are named), a blank key (whitespace only) or one with leading or trailing
             whitespace (``field`` ``key``, ``line``: it is refused, never trimmed), duplicate keys,
             a link to no card of the file or the workspace, a link to itself, a line whose
@@ -176,6 +201,9 @@ class Transfer:
         if on_conflict not in models.ON_CONFLICT:
             raise InvalidInput(f"on_conflict must be one of {', '.join(models.ON_CONFLICT)}, "
                                f"not {on_conflict!r}", field="on_conflict")
+        if mode not in models.IMPORT_MODES:
+            raise InvalidInput(f"mode must be one of {', '.join(models.IMPORT_MODES)}, "
+                               f"not {mode!r}", field="mode")
         items = list(lines)
         if not items:  # a 201 that created nothing would hide a truncated or wrong file
             raise InvalidInput("no cards: the import holds no card lines (a cards file has one "
@@ -195,6 +223,8 @@ class Transfer:
                 raise InvalidInput(f"line {n}: key {card.key!r} has leading or trailing "
                                    "whitespace (a key is matched exactly: remove it)",
                                    field="key", line=n)
+            if mode == "import":
+                _check_provenance(n, card)
             card.key = models.normalize_card_ref(card.key)  # the spelling links use
             if card.key in line_of:
                 raise InvalidInput(f"line {n}: duplicate key {card.key!r}")
@@ -226,7 +256,8 @@ class Transfer:
                                           "cards": len(items), "created": result.created,
                                           "updated": result.updated,
                                           "unchanged": result.unchanged,
-                                          "skipped": result.skipped, "on_conflict": on_conflict})
+                                          "skipped": result.skipped, "on_conflict": on_conflict,
+                                          "mode": mode})
         # One job per projection batch: each job leases a batch of open operations itself, and
         # the sweep re-offers any operation whose job was lost.
         result.enqueued = await self.queue.enqueue(workspace, op_ids[::BATCH_SIZE])

@@ -10,7 +10,8 @@ The payload holds what the filters need plus ``revision`` and ``format``. The co
 metadata records the dense model id and dimension; a mismatch raises :class:`IndexIncompatible`.
 
 Filters are put inside *each* branch query (never a top-level filter on a fused query: qdrant-client
-issue 1372), and the two rankings are fused by the caller with k = 60 (:mod:`shared.recall.fusion`).
+issue 1372), and the rankings are fused by the caller as the recall mode's profile says
+(:mod:`shared.recall.profiles`, :mod:`shared.recall.fusion`).
 """
 
 
@@ -122,7 +123,7 @@ class IndexEngine(Protocol):
         """Create the workspace collection with ``layout`` if missing; else check it is
         compatible (:class:`IndexIncompatible` otherwise). Returns the physical collection:
         a new name with a random suffix when it was created (what PostgreSQL records as the
-        workspace's collection, migration 019)."""
+        workspace's collection, migration 022)."""
 
     async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
         """The physical collection behind the workspace's name (as :meth:`physical_collection`)

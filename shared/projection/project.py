@@ -185,11 +185,11 @@ async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max
 
 async def _recorded_collection(conn: Connection, index: IndexEngine, workspace: str,
                                layout: VectorLayout) -> str:
-    """The workspace's collection, checked against the one PostgreSQL records (migration 019,
+    """The workspace's collection, checked against the one PostgreSQL records (migration 022,
     :mod:`shared.projection.recovery`), under the job's projection lock; returns its name.
 
     A workspace with nothing recorded gets its collection recorded: the one the engine has
-    (made before migration 019), else a new one, created one job at a time (the next one finds
+    (made before migration 022), else a new one, created one job at a time (the next one finds
     it made). A collection is never created for a workspace whose cards are recorded as
     projected: their points would be missing from it.
 

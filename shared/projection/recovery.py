@@ -1,7 +1,7 @@
 """An index that knows it lost something (issue 25, DESIGN §4).
 
 PostgreSQL records which physical collection holds a workspace's valid projections
-(``index_collections``, migration 019). Physical names carry a random suffix
+(``index_collections``, migration 022). Physical names carry a random suffix
 (``<prefix><workspace>__<8 hex>``), so an engine that lost its files never recreates the recorded
 one by accident: a collection made afresh for one new card has another name.
 
@@ -10,7 +10,7 @@ What the recorded collection and the engine's say together (:func:`assess`):
 - ``ok``: the engine's collection is the recorded one;
 - ``fresh``: nothing recorded, no collection and no recorded projection (a new workspace): its
   first projection creates the collection and records it;
-- ``adopt``: nothing recorded but the engine has a collection (made before migration 019): it is
+- ``adopt``: nothing recorded but the engine has a collection (made before migration 022): it is
   recorded as it is if it holds a point for every card recorded as projected, else it is lost;
 - ``lost``: the recorded collection is missing or another one stands in its place (or, with
   nothing recorded, cards are recorded as projected and the engine has no collection);
@@ -94,7 +94,7 @@ async def verify(db: Database, index: IndexEngine, workspace: str) -> str:
         await lock_workspace(conn, workspace)
         state, recorded, found = await read_state(conn, index, workspace)
         if state == ADOPT and not await _holds_every_projection(conn, index, workspace):
-            state = LOST  # made afresh after a loss, before migration 019: not the valid one
+            state = LOST  # made afresh after a loss, before migration 022: not the valid one
         if state == ADOPT:
             await workspaces.record_index_collection(conn, workspace, found)
             log.info("recorded the existing index collection %s of workspace %s", found, workspace)
@@ -108,7 +108,7 @@ async def verify(db: Database, index: IndexEngine, workspace: str) -> str:
 
 async def _holds_every_projection(conn: Connection, index: IndexEngine, workspace: str) -> bool:
     """Whether the engine's collection has a point for every card recorded as projected (what
-    a collection made before migration 019 must show to be adopted)."""
+    a collection made before migration 022 must show to be adopted)."""
     points = await index.scroll_ids(workspace)
     return all(r["id"] in points for r in await outbox.card_projections(conn)
                if r["projected_revision"] is not None)

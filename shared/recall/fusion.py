@@ -43,6 +43,14 @@ class FusionProfile(msgspec.Struct, frozen=True, kw_only=True):
         """The named vectors this profile queries (weight > 0), in a stable order."""
         return tuple(sorted(name for name, w in self.weights.items() if w > 0))
 
+    def describe(self) -> str:
+        """The fusion in words, as the API's and the manual's texts quote it: the method and each
+        queried branch with its weight, e.g. ``distribution-based score fusion (DBSF) of
+        bm25 ×0.75, dense ×1, key ×1``."""
+        method = (f"reciprocal rank fusion (RRF, k = {self.k:g})" if self.method == "rrf"
+                  else "distribution-based score fusion (DBSF)")
+        return f"{method} of " + ", ".join(f"{n} ×{self.weights[n]:g}" for n in self.branches())
+
 
 def rrf_fuse(rankings: list[list[uuid.UUID]], weights: list[float] | None = None,
              k: float = RRF_K) -> list[tuple[uuid.UUID, float]]:

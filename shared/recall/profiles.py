@@ -43,3 +43,9 @@ MODE_PROFILES: dict[str, FusionProfile] = {
 def profile_for(mode: str) -> FusionProfile:
     """The fusion profile of a recall mode."""
     return MODE_PROFILES[mode]
+
+
+def describe_profiles() -> str:
+    """Each mode's fusion in words (:meth:`FusionProfile.describe`), ``mode: …`` joined by
+    ``; `` in the order of :data:`MODE_PROFILES`."""
+    return "; ".join(f"{mode}: {p.describe()}" for mode, p in MODE_PROFILES.items())

@@ -152,7 +152,10 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     t.index += clock() - t0
     if not (recorded is not None and found is not None and recorded["collection"] == found):
         if not await _searchable(db, workspace, role, found):
-            return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none())
+            async with db.transaction(workspace, role=role, read_only=True) as conn:
+                waiting = await outbox.unindexed_count(conn)
+            return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none(),
+                                  not_indexed=waiting)
     branches = profile.branches()
     dense_names = tuple(b for b in branches if b in layout.dense)
     sparse_names = tuple(b for b in branches if b in layout.sparse)
@@ -211,14 +214,15 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                 truncated=expansion.truncated, lookups=expansion.lookups,
                 links_inspected=expansion.links_inspected,
                 budgets=[b for b in BUDGETS if b in expansion.budgets_hit])
-            return RecallResponse(results=results, excluded=len(dropped), expansion=summary)
+            return RecallResponse(results=results, excluded=len(dropped), expansion=summary,
+                                  not_indexed=await outbox.unindexed_count(conn))
     raise AssertionError("unreachable: the last round returns")  # pragma: no cover
 
 
 async def _searchable(db: Database, workspace: str, role: Literal["runtime", "reader"],
                       found: str | None) -> bool:
     """Whether recall may search ``found``, the engine's collection, when it is not the one
-    read as recorded before the search (migration 019, :mod:`shared.projection.recovery`).
+    read as recorded before the search (migration 022, :mod:`shared.projection.recovery`).
     Read again: a rebuild may have switched in between (the collection its running switch
     writes is searchable too). False: the workspace has no collection and no card is projected
     (an empty result is the truth).
@@ -231,7 +235,7 @@ async def _searchable(db: Database, workspace: str, role: Literal["runtime", "re
         recorded = await workspaces.index_collection(conn)
         latest = await rebuilds.latest(conn)
         counts = await outbox.projection_counts(conn) if recorded is None else None
-    if recorded is None:  # a workspace never projected, or one made before migration 019
+    if recorded is None:  # a workspace never projected, or one made before migration 022
         if found is not None:
             return True
         if counts["current"]:

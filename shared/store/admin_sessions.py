@@ -47,6 +47,15 @@ async def redeem_link(conn: AsyncConnection, digest: bytes) -> dict[str, Any] | 
     return await (await conn.execute(Q.admin_sessions_redeem_link, {"digest": digest})).fetchone()
 
 
+async def purge_ended(conn: AsyncConnection, grace_seconds: float) -> tuple[int, int]:
+    """Delete, in every workspace, the sessions that ended (signed out, expired, or their token
+    revoked or expired) and the sign-in links used or expired more than ``grace_seconds`` ago;
+    returns how many of each ``(sessions, links)``."""
+    row = await (await conn.execute(Q.admin_sessions_purge_ended,
+                                    {"grace": grace_seconds})).fetchone()
+    return row["sessions"], row["links"]
+
+
 def insert_link(migrator_url: str, schema: str, workspace: str, token_id: uuid.UUID,
                 digest: bytes, expires_at: datetime) -> dict[str, Any]:
     """Bootstrap (migrator login): record a one-time sign-in link for ``token_id`` whose code has

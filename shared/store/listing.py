@@ -99,10 +99,12 @@ def _list_where(query: ListQuery, skip: str | None = None,
     """
     for f in query.family:
         if f not in models.FAMILIES:
-            raise InvalidInput(f"unknown family {f!r}", field="family")
+            raise InvalidInput(f"unknown family {f!r}; allowed: {', '.join(models.FAMILIES)}",
+                               field="family")
     for o in query.origin:
         if o not in models.ORIGINS:
-            raise InvalidInput(f"unknown origin {o!r}", field="origin")
+            raise InvalidInput(f"unknown origin {o!r}; allowed: {', '.join(models.ORIGINS)}",
+                               field="origin")
     if len(query.concepts) > models.MAX_CONCEPTS:
         raise InvalidInput(f"at most {models.MAX_CONCEPTS} concepts", field="concepts")
     for name in ("q", "database", "schema", "table", "column"):

@@ -17,7 +17,6 @@ from psycopg import AsyncConnection
 from shared import models
 from shared.errors import SchemaOutdated
 from shared.metrics import LAG_BUCKETS, QueueFigures, WorkspaceQueue
-from shared.store import workspaces
 from shared.store.database import Database, Q
 
 # ---- the code's projection format against the database's ----
@@ -112,6 +111,20 @@ async def reset_for_retry(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[i
     return [r["id"] for r in await cur.fetchall()]
 
 
+async def requeue(conn: AsyncConnection, workspace_id: str,
+                  card_uuid: uuid.UUID) -> tuple[list[int], bool]:
+    """Re-run a card's projection from its current state (a retry, a session's solved-index):
+    its failed and pending operations go back to ``pending`` (:func:`reset_for_retry`), or, when
+    it has none and still exists, an upsert at its current revision is queued. A card deleted
+    since is never recreated: only its open point deletion is re-queued. Returns the
+    operations' ids and whether the card exists."""
+    op_ids = await reset_for_retry(conn, card_uuid)
+    state = await projection_state(conn, card_uuid)
+    if state is not None and not op_ids:
+        op_ids = [await insert(conn, workspace_id, card_uuid, "upsert", state["revision"])]
+    return op_ids, state is not None
+
+
 async def open_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int]:
     """Ids of a card's operations that are not done, oldest first."""
     cur = await conn.execute(Q.outbox_open_for_card, {"card_id": card_uuid})
@@ -155,32 +168,38 @@ async def open_deletions(conn: AsyncConnection) -> set[uuid.UUID]:
     return {r["card_id"] for r in await cur.fetchall()}
 
 
+async def unindexed_count(conn: AsyncConnection) -> int:
+    """How many cards of the transaction's workspace wait for their index update (an open
+    upsert: pending, running or failed): a recall cannot return them yet."""
+    return (await (await conn.execute(Q.outbox_unindexed_count)).fetchone())["n"]
+
+
 async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKETS) -> QueueFigures:
     """The projection queue of every workspace, for the metrics at scrape time: operations per
     status, the age of the oldest pending or running one, and the lag (queued to completed, in
     seconds) of the done ones over ``lag_bounds`` (ascending bucket upper bounds). One read-only
-    transaction lists the workspaces (a definer function), then one per workspace reads its rows
-    under row-level security in one statement (a scan of the workspace's operations).
+    transaction and one statement whatever the number of workspaces (migration 022's definer
+    function scans the operations once).
 
     :raises DatabaseUnavailable: PostgreSQL cannot be reached. :raises SchemaOutdated.
     """
-    async with db.transaction(None, read_only=True) as conn:
-        ids = [row["id"] for row in await workspaces.list_all(conn)]
     params = {"n": len(lag_bounds), "neg_bounds": [-b for b in reversed(lag_bounds)]}
+    async with db.transaction(None, read_only=True) as conn:
+        rows = await (await conn.execute(Q.outbox_queue_summary, params)).fetchall()
     figures = QueueFigures(workspaces=[], lag_buckets=[0] * (len(lag_bounds) + 1), lag_sum=0.0)
-    for workspace_id in ids:
-        async with db.transaction(workspace_id, read_only=True) as conn:
-            rows = await (await conn.execute(Q.outbox_queue_summary, params)).fetchall()
-        queue = WorkspaceQueue(workspace=workspace_id)
-        for row in rows:
-            queue.by_status[row["status"]] = queue.by_status.get(row["status"], 0) + row["n"]
-            if row["status"] in ("pending", "running"):
-                queue.oldest_pending_seconds = max(queue.oldest_pending_seconds or 0.0,
-                                                   row["oldest_seconds"])
-            if row["bucket"] is not None:
-                figures.lag_buckets[row["bucket"]] += row["n"]
-                figures.lag_sum += row["lag_sum"]
-        figures.workspaces.append(queue)
+    queues: dict[str, WorkspaceQueue] = {}
+    for row in rows:
+        queue = queues.setdefault(row["workspace_id"], WorkspaceQueue(row["workspace_id"]))
+        if row["status"] is None:
+            continue
+        queue.by_status[row["status"]] = queue.by_status.get(row["status"], 0) + row["n"]
+        if row["status"] in ("pending", "running"):
+            queue.oldest_pending_seconds = max(queue.oldest_pending_seconds or 0.0,
+                                               row["oldest_seconds"])
+        if row["bucket"] is not None:
+            figures.lag_buckets[row["bucket"]] += row["n"]
+            figures.lag_sum += row["lag_sum"]
+    figures.workspaces = list(queues.values())
     return figures
 
 

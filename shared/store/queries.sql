@@ -30,7 +30,7 @@ SELECT id, workspace FROM workspace_removals_pending();
 SELECT workspace_removal_index_result(%(id)s, %(error)s);
 
 -- name: workspaces_index_collection
--- The collection recorded as holding the workspace's valid projections (migration 019): no row
+-- The collection recorded as holding the workspace's valid projections (migration 022): no row
 -- when none was recorded yet, a NULL collection while a lost one is being rebuilt.
 SELECT collection, recorded_at FROM index_collections;
 
@@ -370,21 +370,12 @@ LIMIT %(limit)s OFFSET %(offset)s;
 SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
 
 -- name: outbox_queue_summary
--- The workspace's operations per status, in one scan (the metrics' queue figures, read at
--- scrape time): count and age in seconds of the oldest; done operations also per lag bucket
--- (queued, i.e. the saving transaction, to completed) with the sum of their lags. The buckets
--- are %(neg_bounds)s, the upper bounds b_1 < ... < b_n negated and ascending (-b_n, ..., -b_1):
--- width_bucket(-lag, ...) counts the bounds >= lag, so %(n)s minus it is the 0-based index of
--- the first bound >= lag (n: above every bound), as Prometheus's ``le``.
-SELECT status,
-       CASE WHEN status = 'done' AND completed_at IS NOT NULL
-            THEN %(n)s - width_bucket(extract(epoch FROM created_at - completed_at)::float8,
-                                      %(neg_bounds)s::float8[]) END AS bucket,
-       count(*) AS n,
-       extract(epoch FROM now() - min(created_at))::float8 AS oldest_seconds,
-       sum(extract(epoch FROM completed_at - created_at)::float8) AS lag_sum
-FROM projection_ops
-GROUP BY 1, 2;
+-- Every workspace's operations per status and lag bucket in one statement (the metrics' queue
+-- figures, read at scrape time, through migration 022's definer function): count, age in
+-- seconds of the oldest, and the sum of the done ones' lags; a workspace without operations has
+-- one row with a NULL status. %(n)s and %(neg_bounds)s: see the function's comment.
+SELECT workspace_id, status, bucket, n_ops AS n, oldest_seconds, lag_sum
+FROM projection_queue_summary(%(n)s, %(neg_bounds)s::float8[]);
 
 -- name: outbox_pending_list_for_card
 -- A card's incomplete operations, oldest first, with their age in seconds.
@@ -425,6 +416,12 @@ SELECT EXISTS (SELECT 1 FROM projections) AS recorded;
 SELECT c.revision, p.revision AS projected_revision, p.format AS projected_format
 FROM cards c LEFT JOIN projections p ON p.card_id = c.id
 WHERE c.id = %(card_id)s;
+
+-- name: outbox_unindexed_count
+-- How many of the workspace's cards wait for their index update (an open upsert: pending,
+-- running or failed), read by every recall to say that its answer cannot include them yet; the
+-- partial index on open operations keeps it cheap when the queue is empty.
+SELECT count(DISTINCT card_id) AS n FROM projection_ops WHERE status <> 'done' AND op = 'upsert';
 
 -- name: outbox_projection_counts
 -- How many cards the workspace has, and how many have a current projection.
@@ -760,6 +757,15 @@ SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
 -- A schema-change run by id, locked until the transaction ends.
 SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
 
+-- name: schema_changes_runs_list
+-- The workspace's runs, newest first (`database`/`schema`: NULL for any, a token's binding), with
+-- the number of runs that match in all.
+SELECT *, count(*) OVER () AS total FROM schema_change_runs
+WHERE (%(database)s::text IS NULL OR database_name = %(database)s)
+  AND (%(schema)s::text IS NULL OR schema_name = %(schema)s)
+ORDER BY recorded_at DESC, run_id
+LIMIT %(limit)s OFFSET %(offset)s;
+
 -- name: schema_changes_runs_open_for_target
 -- The run of a database/schema whose cleanup is still pending (at most one).
 SELECT run_id FROM schema_change_runs
@@ -828,6 +834,11 @@ WHERE secret_hash = %(digest)s AND ended_at IS NULL;
 -- Redeem a one-time sign-in link once, through its definer function.
 SELECT token_id, workspace_id, permissions, database_name, schema_name, expires_at, revoked_at
 FROM admin_redeem_sign_in_link(%(digest)s);
+
+-- name: admin_sessions_purge_ended
+-- Delete, in every workspace, sessions ended and links used or expired more than `grace` seconds
+-- ago, through their definer function (migration 021); the counts deleted.
+SELECT sessions, links FROM admin_purge_ended(make_interval(secs => %(grace)s));
 
 -- name: admin_sessions_insert_link
 -- Bootstrap (migrator): a one-time sign-in link for a token of the workspace.

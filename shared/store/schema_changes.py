@@ -28,6 +28,16 @@ async def run(conn: AsyncConnection, run_id: str, *, for_update: bool = False,
     return await (await conn.execute(query, {"run_id": run_id})).fetchone()
 
 
+async def list_runs(conn: AsyncConnection, *, database: str | None, schema: str | None,
+                    limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The workspace's runs, newest first, and how many there are in all; ``database`` /
+    ``schema`` (None: any) keep those of one database/schema (a token's binding)."""
+    cur = await conn.execute(Q.schema_changes_runs_list, {
+        "database": database, "schema": schema, "limit": limit, "offset": offset})
+    rows = await cur.fetchall()
+    return rows, (rows[0]["total"] if rows else 0)
+
+
 async def incomplete_run(conn: AsyncConnection, database: str, schema: str) -> str | None:
     """The id of a run of ``database``/``schema`` whose cleanup is still pending, or None."""
     row = await (await conn.execute(Q.schema_changes_runs_open_for_target,

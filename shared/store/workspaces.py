@@ -41,7 +41,7 @@ async def removal_index_result(conn: AsyncConnection, removal_id: int,
 
 
 async def index_collection(conn: AsyncConnection) -> dict[str, Any] | None:
-    """The workspace's recorded index collection ``{collection, recorded_at}`` (migration 019):
+    """The workspace's recorded index collection ``{collection, recorded_at}`` (migration 022):
     None when none was recorded yet; ``collection`` None while a lost one is being rebuilt."""
     return await (await conn.execute(Q.workspaces_index_collection)).fetchone()
 

@@ -16,7 +16,7 @@ from shared.projection.recovery import ADOPT, FRESH, LOST, OK, REBUILDING, asses
     # noticed already: a rebuild is queued or running, whatever the engine has meanwhile
     ({"collection": None}, None, False, REBUILDING),
     ({"collection": None}, "m_acme__99999999", False, REBUILDING),
-    # nothing recorded: a new workspace, one made before migration 019, or one that lost it then
+    # nothing recorded: a new workspace, one made before migration 022, or one that lost it then
     (None, None, False, FRESH),
     (None, "m_acme__1a2b3c4d", True, ADOPT),
     (None, None, True, LOST),

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ROOT_MODULES = {
     "shared.errors": set(),
     "shared.config": set(),
-    "shared.models": {"shared.errors"},
+    "shared.enum_errors": set(),
+    "shared.models": {"shared.errors", "shared.enum_errors"},
     "shared.privacy": {"shared.errors"},
     "shared.auth": {"shared.errors"},
     "shared.cards_file": {"shared.errors", "shared.models"},

@@ -108,6 +108,25 @@ def test_password_files_complete_their_logins(tmp_path: Path):
         load_settings({**env, "MEMARC_DATABASE_PASSWORD_FILE": str(tmp_path / "missing")})
 
 
+def test_the_runtime_login_can_be_host_port_name_user_and_a_password_file(tmp_path: Path):
+    """As the specification's installation gives it: no URL, its parts and a password file."""
+    (tmp_path / "app").write_text("p@ss\n")
+    env = {"MEMARC_DATABASE_HOST": "db.internal", "MEMARC_DATABASE_PORT": "5433",
+           "MEMARC_DATABASE_NAME": "archive", "MEMARC_DATABASE_USER": "memarc app",
+           "MEMARC_DATABASE_PASSWORD_FILE": str(tmp_path / "app")}
+    s = load_settings(env)
+    assert s.database_url == "postgresql://memarc%20app:p%40ss@db.internal:5433/archive"
+    assert s.migrator_database_url == s.database_url
+    s = load_settings({"MEMARC_DATABASE_HOST": "::1", "MEMARC_DATABASE_NAME": "a"})
+    assert s.database_url == "postgresql://[::1]/a"  # libpq's port and user
+    with pytest.raises(ValueError, match="MEMARC_DATABASE_URL or MEMARC_DATABASE_HOST, .*not both"):
+        load_settings({**env, "MEMARC_DATABASE_URL": "postgresql://app@h/archive"})
+    with pytest.raises(ValueError, match="MEMARC_DATABASE_NAME need MEMARC_DATABASE_HOST"):
+        load_settings({"MEMARC_DATABASE_NAME": "archive"})
+    with pytest.raises(ValueError, match="MEMARC_DATABASE_PORT must be a positive integer"):
+        load_settings({**env, "MEMARC_DATABASE_PORT": "0"})
+
+
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("MEMARC_QDRANT_SHARDS", "0", "MEMARC_QDRANT_SHARDS must be a positive integer, not '0'"),
     ("MEMARC_QDRANT_REPLICAS", "-2", "MEMARC_QDRANT_REPLICAS must be a positive integer, not '-2'"),

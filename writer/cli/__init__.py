@@ -5,9 +5,10 @@ Each command's arguments and handler sit together in one module: :mod:`~writer.c
 holds the embedded index), :mod:`~writer.cli.bootstrap_commands` (``migrate``, ``workspace
 create``, ``token create|revoke``: PostgreSQL directly with the migrator credentials),
 :mod:`~writer.cli.process_commands` (``up``, ``writer``, ``worker``, ``explorer``) and
-:mod:`~writer.cli.dataset_commands` (``convert-bird``). Output is JSON on stdout; errors are JSON
-on stderr with a non-zero exit status (2 for usage and client errors, 3 for server errors, 4 when
-the server is unreachable).
+:mod:`~writer.cli.dataset_commands` (``convert-bird``). Every command takes ``--json`` (its
+output is JSON already); card commands take ``-c RUNTIME_FILE`` (:mod:`~writer.cli.runtime`).
+Output is JSON on stdout; errors are JSON on stderr with a non-zero exit status (2 for usage and
+client errors, 3 for server errors, 4 when the server is unreachable).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from writer.cli import (admin_commands, api_commands, bootstrap_commands, dataset_commands,
                         process_commands)
 from writer.cli.command import CliError, emit
+from writer.cli.runtime import command_runtime
 
 #: The command modules, in the order of ``memarc --help``.
 COMMAND_MODULES = (bootstrap_commands, admin_commands, process_commands, api_commands,
@@ -33,7 +35,20 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMAND_MODULES:
         for configure in module.PARSERS:
             configure(sub)
+    for leaf in leaf_parsers(p):
+        leaf.add_argument("--json", action="store_true",
+                          help="accepted for scripts that ask for JSON: the output is JSON "
+                               "already")
     return p
+
+
+def leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers that run a handler: each command, or each subcommand of a command that has
+    them."""
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not nested:
+        return [parser]
+    return [leaf for child in nested[0].choices.values() for leaf in leaf_parsers(child)]
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -69,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     from shared.errors import ArchiveError, BootstrapUnavailable
 
     try:
-        result = args.func(args)
+        with command_runtime(args):
+            result = args.func(args)
     except CliError as exc:
         sys.stderr.write(json.dumps(exc.payload, ensure_ascii=False) + "\n")
         return exc.status

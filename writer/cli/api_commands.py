@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.models import ON_CONFLICT, SORTS
+import msgspec
+
+from shared.models import ON_CONFLICT, SORTS, Filters
 from writer.cli.binding import WORKFLOW_BINDING, bind_context, workflow_binding
 from writer.cli.client import ApiClient, memory_path, session_path
 from writer.cli.command import (Argument, CliError, add_arguments, add_command, arg,
@@ -144,37 +146,100 @@ API_CALLS: dict[str, ApiCall] = {call.name: call for call in (
                           help="JSON file: {review_id, selected: [{key, edits?}]} or "
                                "{review_id, decline_all: true} ('-' = stdin)")),
             body=_as_is),
-    ApiCall("solved-index", "Re-queue the projection recorded by a session's review receipt.",
-            "POST", "{session}/solved-index", (SESSION,)),
 )}
 
 
 # ---- commands with a handler of their own ----
 
+#: The list API's query parameters (``GET …/memory``), the keys ``list --filters`` takes; the
+#: repeatable ones take a string or a list of strings.
+LIST_FILTERS = ("q", "family", "origin", "concepts", "database", "schema", "table", "column",
+                "updated_after", "updated_before", "sort", "desc", "page", "per_page")
+LIST_REPEATABLE = ("family", "origin", "concepts")
+
+
+def parse_filters(text: str | None, allowed: tuple[str, ...], flag: str = "--filters") -> dict:
+    """The JSON object ``text`` (None: empty), its keys among ``allowed``.
+
+    :raises CliError: ``bad_input``, not JSON, not an object, or an unknown key (the error
+        lists the allowed ones).
+    """
+    if text is None:
+        return {}
+    try:
+        filters = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError({"error": f"{flag} is not JSON: {exc}", "code": "bad_input"}) from exc
+    return check_filters(filters, allowed, flag)
+
+
+def check_filters(filters: Any, allowed: tuple[str, ...], where: str) -> dict:
+    """``filters`` when it is an object whose keys are among ``allowed``.
+
+    :raises CliError: ``bad_input``, not an object or an unknown key (listing ``allowed``).
+    """
+    if not isinstance(filters, dict):
+        raise CliError({"error": f"{where} must be a JSON object", "code": "bad_input",
+                        "allowed": list(allowed)})
+    unknown = sorted(k for k in filters if k not in allowed)
+    if unknown:
+        raise CliError({"error": f"{where}: unknown filter(s) {', '.join(unknown)}; allowed: "
+                                 f"{', '.join(allowed)}", "code": "bad_input",
+                        "allowed": list(allowed)})
+    return filters
+
+
+def list_params(filters: dict, where: str = "--filters") -> list[tuple[str, Any]]:
+    """The query parameters of the list API for ``filters`` (keys of :data:`LIST_FILTERS`): a
+    repeatable one's string or list of strings as repeated parameters, ``desc`` as true/false,
+    the others as given (the API answers a wrong value with a 400 naming it).
+
+    :raises CliError: ``bad_input``, a value that is not a string, number, boolean, or (for a
+        repeatable filter) a list of strings.
+    """
+    params: list[tuple[str, Any]] = []
+    for name, value in filters.items():
+        values = value if name in LIST_REPEATABLE and isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            elif not isinstance(v, (str, int, float)):
+                also = " (or a list of them)" if name in LIST_REPEATABLE else ""
+                raise CliError({"error": f"{where}: {name} must be a string, number or boolean"
+                                         f"{also}, not {v!r}", "code": "bad_input"})
+            params.append((name, v))
+    return params
+
+
 def list_command(args: argparse.Namespace) -> Any:
-    """One page of cards: ``{cards, total, page, per_page}`` as the API answers it."""
-    api = ApiClient()
-    params: list[tuple[str, Any]] = [("page", args.page), ("per_page", args.per_page)]
-    if args.q:
-        params.append(("q", args.q))
-    params += [("family", f) for f in args.family or []]
-    params += [("origin", o) for o in args.origin or []]
-    params += [("concepts", c) for c in args.concept or []]
-    params += [(name, getattr(args, name)) for name in
-               ("database", "schema", "table", "column", "updated_after", "updated_before",
-                "sort") if getattr(args, name)]
-    if args.desc:
-        params.append(("desc", "true"))
-    return api.call("GET", memory_path(args.workspace), params=params)
+    """One page of cards: ``{cards, total, page, per_page}`` as the API answers it. The filters
+    are the flags' and ``--filters``'s (a JSON object of :data:`LIST_FILTERS`).
+
+    :raises CliError: ``bad_input``, ``--filters`` is not a JSON object of list filters, or
+        names one a flag gives too.
+    """
+    filters = parse_filters(args.filters, LIST_FILTERS)
+    flags = {name: getattr(args, name) for name in LIST_FILTERS  # each flag's dest is its filter
+             if getattr(args, name) not in (None, [], False)}
+    both = sorted(set(filters) & set(flags))
+    if both:
+        raise CliError({"error": f"{', '.join(both)} given both as a flag and in --filters",
+                        "code": "bad_input"})
+    merged = {"page": 1, "per_page": 20, **filters, **flags}
+    return ApiClient().call("GET", memory_path(args.workspace), params=list_params(merged))
 
 
 def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
     ls = add_command(subparsers, "list", "List cards of a workspace (paginated, filterable).",
                      list_command, workspace=True)
+    ls.add_argument("--filters", help="JSON object of the list API's filters ("
+                                      f"{', '.join(LIST_FILTERS)}), e.g. "
+                                      '\'{"family": "sql_rule", "page": 1}\'')
     ls.add_argument("--q", help="text search, or a card id")
     ls.add_argument("--family", action="append", help="repeatable family filter")
     ls.add_argument("--origin", action="append", help="repeatable origin filter")
-    ls.add_argument("--concept", action="append", help="repeatable; every one must be present")
+    ls.add_argument("--concepts", "--concept", dest="concepts", action="append",
+                    help="repeatable; every one must be present (--concept: its old name)")
     for name in ("database", "schema", "table", "column"):
         ls.add_argument(f"--{name}", help=f"one dependency entry must carry this {name}")
     ls.add_argument("--updated-after", help="ISO date or timestamp (inclusive)")
@@ -182,8 +247,8 @@ def configure_list_parser(subparsers: argparse._SubParsersAction) -> None:
     ls.add_argument("--sort", choices=SORTS,
                     help="order (default updated, newest first); ties by id")
     ls.add_argument("--desc", action="store_true", help="reverse the sort's default direction")
-    ls.add_argument("--page", type=int, default=1, help="page number (default 1)")
-    ls.add_argument("--per-page", type=int, default=20, help="cards per page, 1..100")
+    ls.add_argument("--page", type=int, help="page number (default 1)")
+    ls.add_argument("--per-page", type=int, help="cards per page, 1..100 (default 20)")
 
 
 def schema_cleanup_command(args: argparse.Namespace) -> Any:
@@ -324,7 +389,8 @@ def import_command(args: argparse.Namespace) -> Any:
     if not raw[:2] == b"\x1f\x8b":
         raw = gzip.compress(raw)
     return api.call("POST", f"{memory_path(args.workspace)}/import", content=raw,
-                    params={"on_conflict": args.on_conflict},
+                    params={"on_conflict": args.on_conflict,
+                            "mode": "restore" if args.restore else "import"},
                     headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"})
 
 
@@ -335,6 +401,10 @@ def configure_import_parser(subparsers: argparse._SubParsersAction) -> None:
     im.add_argument("file", help="cards file: JSON Lines, optionally gzip-compressed")
     im.add_argument("--on-conflict", default="skip", choices=ON_CONFLICT,
                     help="a line whose key is already a card's: skip (default) or update")
+    im.add_argument("--restore", action="store_true",
+                    help="keep each line's origin and source as written (a file `memarc export` "
+                         "wrote from this archive); without it a line claiming a review "
+                         "(origin workflow, a session source) is refused")
 
 
 def export_command(args: argparse.Namespace) -> Any:
@@ -410,15 +480,11 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
     The filters are bound to the workflow's database and schema (:func:`workflow_binding`,
     :func:`bind_context`); ``--session`` excludes the cards decided in that session.
 
-    :raises CliError: ``bad_input``, ``--filters`` is not JSON; ``outside_binding``.
+    :raises CliError: ``bad_input``, ``--filters`` is not a JSON object of
+        :data:`SEARCH_FILTERS`; ``outside_binding``.
     """
     body: dict[str, Any] = {"query": args.query, "top": args.top, "mode": mode}
-    filters: Any = None
-    if args.filters:
-        try:
-            filters = json.loads(args.filters)
-        except json.JSONDecodeError as exc:
-            raise CliError({"error": f"--filters is not JSON: {exc}", "code": "bad_input"}) from exc
+    filters: Any = parse_filters(args.filters, SEARCH_FILTERS) if args.filters else None
     binding = workflow_binding(args)
     if binding[0] is not None:
         filters = bind_context({} if filters is None else filters, binding, "--filters",
@@ -431,8 +497,25 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
         body["exclude"] = args.exclude
     if args.session is not None:  # an empty one is sent, and refused: never recall outside it
         body["session"] = args.session
-    return ApiClient().call("POST", memory_path(args.workspace) + "/search", json=body)
+    answer = ApiClient().call("POST", memory_path(args.workspace) + "/search", json=body)
+    warn_not_indexed(answer, args.workspace)
+    return answer
 
+
+def warn_not_indexed(answer: Any, workspace: str) -> None:
+    """A JSON warning on stderr when a recall's answer says some of the workspace's cards are not
+    indexed yet (``not_indexed`` > 0): the answer cannot include them (stdout keeps the answer
+    alone, so a script reading it is unaffected)."""
+    waiting = answer.get("not_indexed", 0) if isinstance(answer, dict) else 0
+    if waiting:
+        print(json.dumps({"warning": f"{waiting} cards of workspace {workspace!r} are not "
+                                     "indexed yet (their index update is pending or failed), so "
+                                     "this answer cannot include them: `memarc pending` lists "
+                                     "them", "not_indexed": waiting}), file=sys.stderr)
+
+
+#: The recall API's filter names (``filters`` of ``POST …/search``), the keys ``--filters`` takes.
+SEARCH_FILTERS = tuple(f.name for f in msgspec.structs.fields(Filters))
 
 #: The recall commands: name, help and the API's recall mode.
 SEARCH_COMMANDS = (
@@ -449,13 +532,38 @@ def configure_search_parsers(subparsers: argparse._SubParsersAction) -> None:
                          workspace=True)
         sp.add_argument("query", help="query text")
         sp.add_argument("--top", type=int, default=10, help="results, 1..100 (default 10)")
-        sp.add_argument("--filters", help='JSON filters, e.g. \'{"database": "financial"}\'')
+        sp.add_argument("--filters", help=f"JSON object of the recall API's filters "
+                                          f"({', '.join(SEARCH_FILTERS)}), e.g. "
+                                          '\'{"table": "orders", "scope": "Sales"}\'')
         sp.add_argument("--exclude", action="append", help="card id to leave out (repeatable)")
         sp.add_argument("--session", help="the workflow session: the cards decided in it "
                                           "(`memarc session decide`) are left out")
         add_arguments(sp, *WORKFLOW_BINDING)
         if mode == "search":
             sp.add_argument("--family", action="append", help="narrow to these families")
+
+
+def solved_index_command(args: argparse.Namespace) -> Any:
+    """Re-queue the projection a session's review receipt records (``POST
+    .../sessions/{s}/solved-index``); the session is the positional ``SESSION`` or ``--session``.
+
+    :raises CliError: ``bad_input``, no session, or two different ones.
+    """
+    given = {s for s in (args.session_id, args.session) if s is not None}
+    if len(given) != 1:
+        raise CliError({"error": "name one session: memarc solved-index SESSION (or --session)",
+                        "code": "bad_input"})
+    path = f"{session_path(args.workspace, given.pop())}/solved-index"
+    return ApiClient().call("POST", path)
+
+
+def configure_solved_index_parser(subparsers: argparse._SubParsersAction) -> None:
+    si = add_command(subparsers, "solved-index",
+                     "Re-queue the projection recorded by a session's review receipt.",
+                     solved_index_command, workspace=True)
+    si.add_argument("session_id", nargs="?", metavar="SESSION",
+                    help="session id of the reviewed workflow")
+    si.add_argument("--session", help="the same, as a flag (the older form)")
 
 
 def decide_command(args: argparse.Namespace) -> Any:
@@ -499,6 +607,6 @@ PARSERS = (
     configure_audit_parser, configure_index_parser, configure_import_parser,
     configure_export_parser,
     configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["summary"].configure,
-    API_CALLS["review-apply"].configure, API_CALLS["solved-index"].configure,
+    API_CALLS["review-apply"].configure, configure_solved_index_parser,
     configure_session_parser, configure_schema_cleanup_parser,
 )

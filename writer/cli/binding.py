@@ -7,10 +7,10 @@ contexts (filters, dependency entries) held inside it.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from writer.cli.command import CliError, arg
+from writer.cli.runtime import runtime_value
 
 #: The environment that binds the workflow's calls to a database and schema (DESIGN §5).
 WORKFLOW_DATABASE_ENV = "MEMARC_WORKFLOW_DATABASE"
@@ -25,12 +25,13 @@ WORKFLOW_BINDING = (
 
 def workflow_binding(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """The database and schema the workflow's calls are bound to: ``--database`` / ``--schema``,
-    else ``MEMARC_WORKFLOW_DATABASE`` / ``MEMARC_WORKFLOW_SCHEMA`` (empty: unset).
+    else the runtime file's (``-c``), else ``MEMARC_WORKFLOW_DATABASE`` /
+    ``MEMARC_WORKFLOW_SCHEMA`` (empty: unset).
 
     :raises CliError: ``bad_input``, a schema without a database.
     """
-    database = getattr(args, "database", None) or os.environ.get(WORKFLOW_DATABASE_ENV) or None
-    schema = getattr(args, "schema", None) or os.environ.get(WORKFLOW_SCHEMA_ENV) or None
+    database = getattr(args, "database", None) or runtime_value("database", WORKFLOW_DATABASE_ENV)
+    schema = getattr(args, "schema", None) or runtime_value("schema", WORKFLOW_SCHEMA_ENV)
     if schema is not None and database is None:
         raise CliError({"error": f"a workflow schema needs its database (--database or "
                                  f"{WORKFLOW_DATABASE_ENV})", "code": "bad_input"})
@@ -62,7 +63,7 @@ def bind_context(context: Any, binding: tuple[str | None, str | None], where: st
                 out[level] = bound
         elif have != bound:
             raise CliError({"error": f"{where} names {level} {have!r}, but this workflow is bound "
-                                     f"to {level} {bound!r} (--{level} or "
-                                     f"MEMARC_WORKFLOW_{level.upper()})",
+                                     f"to {level} {bound!r} (--{level}, the -c file's "
+                                     f"{level}, or MEMARC_WORKFLOW_{level.upper()})",
                             "code": "outside_binding"})
     return out

@@ -23,17 +23,37 @@ def _settings():
 
     s = load_settings()
     if not s.migrator_database_url:
-        raise CliError({"error": "set MEMARC_MIGRATOR_DATABASE_URL or MEMARC_DATABASE_URL",
+        raise CliError({"error": "set MEMARC_MIGRATOR_DATABASE_URL or MEMARC_DATABASE_URL "
+                                 "(or MEMARC_DATABASE_HOST)",
                         "code": "no_database"})
     return s
 
 
+#: why ``migrate`` refuses to run as the runtime login (issue 25, case 8)
+SAME_LOGIN_REFUSAL = (
+    "migrate would run as the runtime login {login!r} (MEMARC_MIGRATOR_DATABASE_URL is unset or "
+    "names the same login as MEMARC_DATABASE_URL): that login would own the archive's tables, "
+    "so row-level security would no longer bind the writer and the worker. Set "
+    "MEMARC_MIGRATOR_DATABASE_URL (and MEMARC_MIGRATOR_PASSWORD_FILE) to a login that may create "
+    "the schema, or pass --allow-runtime-login to accept the risk (a throwaway database)")
+
+
 def migrate_command(args: argparse.Namespace) -> dict[str, Any]:
     """``{applied: [file names], schema}``, and ``notices`` (``"<migration>: <message>"``) when a
-    migration raised any; the login of MEMARC_DATABASE_URL joins the runtime and reader roles."""
+    migration raised any; the login of MEMARC_DATABASE_URL joins the runtime and reader roles.
+
+    :raises CliError: ``no_database``; ``migrator_missing``, the migrator login is the runtime
+        login (unset MEMARC_MIGRATOR_DATABASE_URL, or the same user) and
+        ``--allow-runtime-login`` was not given: nothing is applied.
+    """
     from shared.store.migrations import login_of, migrate
 
     s = _settings()
+    runtime = login_of(s.database_url or "")
+    if runtime is not None and login_of(s.migrator_database_url) == runtime \
+            and not getattr(args, "allow_runtime_login", False):
+        raise CliError({"error": SAME_LOGIN_REFUSAL.format(login=runtime),
+                        "code": "migrator_missing"})
     notices: list[str] = []
     applied = migrate(s.migrator_database_url, s.db_schema, login_of(s.database_url or ""),
                       notices=notices)
@@ -41,8 +61,12 @@ def migrate_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def configure_migrate_parser(subparsers: argparse._SubParsersAction) -> None:
-    add_command(subparsers, "migrate",
-                "Apply the numbered SQL migrations with the migrator credentials.", migrate_command)
+    mg = add_command(subparsers, "migrate",
+                     "Apply the numbered SQL migrations with the migrator credentials.",
+                     migrate_command)
+    mg.add_argument("--allow-runtime-login", action="store_true",
+                    help="migrate even when the migrator login is the runtime login (it then "
+                         "owns the tables and row-level security no longer binds it)")
 
 
 def create_workspace_command(args: argparse.Namespace) -> Any:

@@ -7,34 +7,37 @@ imported when a request is made, not with the command line.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from writer.cli.command import CliError
+from writer.cli.runtime import runtime_value
 
 
 class ApiClient:
     """Minimal client of the writer API for the card commands."""
 
     def __init__(self, url: str | None = None, token: str | None = None) -> None:
-        """``url`` defaults to ``MEMARC_URL`` (else ``http://127.0.0.1:8000``), ``token`` to
+        """``url`` defaults to the runtime file's (``-c``, :mod:`writer.cli.runtime`), else
+        ``MEMARC_URL``, else ``http://127.0.0.1:8000``; ``token`` to the runtime file's, else
         ``MEMARC_TOKEN``.
 
         :raises CliError: ``no_token``, no token given or set; ``bad_url`` (status 2), a URL
             that is not ``http(s)://host[:port]`` (a configuration error, not an unreachable
             writer).
         """
-        self.url = (url or os.environ.get("MEMARC_URL") or "http://127.0.0.1:8000").rstrip("/")
+        self.url = (url or runtime_value("url", "MEMARC_URL")
+                    or "http://127.0.0.1:8000").rstrip("/")
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise CliError({"error": f"the writer URL {self.url!r} is not an http(s)://host[:port] "
-                                     "URL (MEMARC_URL)", "code": "bad_url"})
-        token = token or os.environ.get("MEMARC_TOKEN")
+                                     "URL (url in the -c file, or MEMARC_URL)", "code": "bad_url"})
+        token = token or runtime_value("token", "MEMARC_TOKEN")
         if not token:
-            raise CliError({"error": "set MEMARC_TOKEN (from `memarc token create`)",
+            raise CliError({"error": "set MEMARC_TOKEN, or token / token_file in the -c file "
+                                     "(from `memarc token create`)",
                             "code": "no_token"})
         self.headers = {"Authorization": f"Bearer {token}"}
 

@@ -41,13 +41,20 @@ class CliError(Exception):
 def add_command(subparsers: argparse._SubParsersAction, name: str, help: str,
                 handler: Handler | None, *, workspace: bool = False) -> argparse.ArgumentParser:
     """Add the command ``name`` (``help`` is its one-line help and description) that runs
-    ``handler``; ``workspace`` adds the required ``--workspace`` of card commands. A command
-    with subcommands passes ``handler=None`` and sets one on each subcommand."""
+    ``handler``; ``workspace`` adds the ``--workspace`` of card commands and ``-c`` (its runtime
+    file, :mod:`writer.cli.runtime`, which can name the workspace instead). A command with
+    subcommands passes ``handler=None`` and sets one on each subcommand."""
     parser = subparsers.add_parser(name, help=help, description=help)
     if handler is not None:
         parser.set_defaults(func=handler)
     if workspace:
-        parser.add_argument("--workspace", required=True, help="workspace id")
+        parser.add_argument("--workspace", help="workspace id (else the -c file's, else "
+                                                "$MEMARC_WORKSPACE)")
+        parser.add_argument("-c", "--config", metavar="RUNTIME_FILE",
+                            help="YAML or JSON runtime file: url, token or token_file, "
+                                 "workspace, database, schema (flags win over it, it wins over "
+                                 "the environment)")
+        parser.set_defaults(runtime_workspace=True)
     return parser
 
 

@@ -140,13 +140,16 @@ class MemoryController(Controller):
         workspace's card included), 401, 403, 404, 503 ``database_unavailable``."""
         return await archive.create_card(principal, workspace_id, data, wait or 0.0)
 
-    @get("/pending", responses=PROBLEM_RESPONSES, summary="Incomplete index operations")
+    @get("/pending", responses=PROBLEM_RESPONSES, summary="Incomplete index operations",
+         opt={"permission": ("memory.manage", "memory.review")})
     async def pending(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                       workspace_id: FromPath[WorkspaceId],
                       limit: FromQuery[Annotated[int, Parameter(ge=1, le=1000)]] = 100,
                       offset: FromQuery[Offset] = 0) -> PendingPage:
         """Every incomplete projection operation (upserts and deletions): card id, operation,
-        status, attempts, last error, age in seconds."""
+        status, attempts, last error, age in seconds. ``memory.manage`` or ``memory.review`` (a
+        reviewer sees whether the cards a review applied are indexed; a retry needs
+        ``memory.manage``)."""
         return await archive.pending(principal, workspace_id, limit, offset)
 
     @get("/activity", responses=PROBLEM_RESPONSES, summary="Activity log")
@@ -222,8 +225,15 @@ class MemoryController(Controller):
           opt={"permission": "memory.read", "activity": None})  # a read: nothing to record
     async def search(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
-        """Hybrid (dense + BM25, reciprocal rank fusion k = 60) search, verified against
-        PostgreSQL. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
+        """Hybrid search, verified against PostgreSQL: one ranking per named vector (dense and
+        BM25 branches, every filter inside each) of the request's ``mode``, fused with that
+        mode's profile (``shared/recall/profiles.py``) — solved: distribution-based score fusion
+        (DBSF) of bm25 ×0.75, dense ×1, key ×1; search: distribution-based score fusion (DBSF)
+        of bm25 ×4, dense ×4, key ×1, key_bm25 ×4; rules: distribution-based score fusion
+        (DBSF) of key ×0.5, key_bm25 ×0.5, own ×2, own_bm25 ×1. A result's ``score`` is
+        ``1/(60 + r)`` for a verified seed at fused rank r, plus the strongest contribution
+        reaching the card along links (the linking seed's score × 0.5 per hop): it orders this
+        query's results and is not a similarity. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
         exclude?, session?}``; ``session``: the caller's workflow session, whose decided cards
         (``POST .../sessions/{id}/decisions``) are left out and never bridge. Errors: 400/422
         bad input, 403 (permission or binding), 503 ``index_unavailable`` / ``index_incompatible`` / ``embedder_unavailable`` /
@@ -239,19 +249,27 @@ class MemoryController(Controller):
                            on_conflict: FromQuery[Annotated[models.OnConflict, Parameter(
                                description="a line whose key is already a card's: skip it, or "
                                            "update the card where it differs")]] = "skip",
+                           mode: FromQuery[Annotated[models.ImportMode, Parameter(
+                               description="import: lines may be import or manual cards (a "
+                                           "line claiming a review is a 422); restore: keep "
+                                           "each line's origin and source, for an export of "
+                                           "this archive")]] = "import",
                            ) -> ImportResult:
         """Import a JSON Lines body (one card per line, ``key`` + card fields; links by key or
         card id), optionally ``Content-Encoding: gzip``. All or nothing, idempotent by key: a
         line whose key is already a card's key in the workspace is that card, skipped
         (``on_conflict=skip``, the default) or updated in place where it differs (``update``:
         same id, revision + 1); the others create cards that remember their keys. 201 with
-        ``{created, by_family, updated, unchanged, skipped, enqueued}``. Errors: 400 unreadable or
-        another ``on_conflict``, 422 invalid line (named; a key with surrounding whitespace too) or
+        ``{created, by_family, updated, unchanged, skipped, enqueued}``. ``mode=import`` (the
+        default) refuses a line claiming a review's provenance (origin ``workflow``, a source
+        naming a session or decisions); ``mode=restore`` keeps them, for an export of this
+        archive. Errors: 400 unreadable or another ``on_conflict`` or ``mode``, 422 invalid line
+        (named; a key with surrounding whitespace, or a claimed review, too) or
         no card lines (``no cards``), 413 too large (also decompressed: at
         most 4 × the body limit), 415 another content encoding."""
         raw = _decode_body(await request.body(), request.headers.get("content-encoding", ""))
         cards = decode_cards(raw.splitlines())
-        return await transfer.import_cards(principal, workspace_id, cards, on_conflict)
+        return await transfer.import_cards(principal, workspace_id, cards, on_conflict, mode)
 
     @get("/export", responses=PROBLEM_RESPONSES, summary="Export the cards file (JSON Lines)",
          media_type=NDJSON)

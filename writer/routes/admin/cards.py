@@ -21,10 +21,9 @@ from shared.errors import Forbidden, InvalidInput, NotFound, StaleRevision
 from shared.store.listing import ListQuery
 from writer.routes.admin import forms
 from writer.routes.admin.pages import Person, Urls, provide_archive, provide_person, render, see_other
+from writer.routes.params import CardId, WorkspaceId
 
 DEPS = {"person": Provide(provide_person), "archive": Provide(provide_archive)}
-WorkspaceId = Annotated[str, Parameter(max_length=63)]
-CardId = Annotated[str, Parameter(max_length=60)]
 Text = Annotated[str | None, Parameter(max_length=200)]
 #: seconds a save waits for its projection before it says "index update incomplete"
 SAVE_WAIT_SECONDS = 3.0
@@ -32,8 +31,11 @@ PER_PAGE = 50
 
 
 def _require_manage(person: Person) -> None:
+    """:raises Forbidden: the person's token lacks ``memory.manage`` (the 403 names what it
+    holds)."""
     if not person.can_manage:
-        raise Forbidden("your token allows recall only (memory.read): editing needs "
+        held = ", ".join(sorted(person.principal.permissions)) or "no permission"
+        raise Forbidden(f"your token holds {held}: seeing and editing cards here needs "
                         "memory.manage", permissions=["memory.manage"])
 
 

@@ -18,9 +18,9 @@ from litestar.params import FromPath, FromQuery, Parameter
 from shared.archive.cards import Archive
 from shared.errors import NotFound
 from writer.routes.admin.pages import Person, Urls, provide_archive, provide_person, render, see_other
+from writer.routes.params import WorkspaceId
 
 DEPS = {"person": Provide(provide_person), "archive": Provide(provide_archive)}
-WorkspaceId = Annotated[str, Parameter(max_length=63)]
 Text = Annotated[str | None, Parameter(max_length=200)]
 #: most operations one page (and one retry of all) covers
 LIMIT = 500
@@ -54,14 +54,16 @@ async def pending_page(person: NamedDependency[Person], archive: NamedDependency
                        queue_down: FromQuery[Annotated[int | None, Parameter(ge=0)]] = None,
                        gone: FromQuery[Annotated[int | None, Parameter(ge=0)]] = None
                        ) -> Response:
-    """The incomplete operations, oldest first, with the outcome of the last retry."""
-    if not person.can_manage:
+    """The incomplete operations, oldest first, with the outcome of the last retry; a
+    ``memory.review`` person sees them without Retry buttons (retrying needs
+    ``memory.manage``), anyone else gets the read-only page."""
+    if not person.principal.allows("memory.manage") and \
+            not person.principal.allows("memory.review"):
         return render("read_only.html", person)
     page = await archive.pending(person.principal, workspace_id, LIMIT, 0)
-    status = await archive.status(person.principal, workspace_id)
+    queue = "up" if await archive.queue.reachable(timeout=1.0) else "down"
     return render("pending.html", person, operations=by_card(page.operations), total=page.total,
-                  queue=status.dependencies.queue, retried=retried, queued=queued,
-                  queue_down=queue_down, gone=gone)
+                  queue=queue, retried=retried, queued=queued, queue_down=queue_down, gone=gone)
 
 
 @post("/workspaces/{workspace_id:str}/pending/retry", dependencies=DEPS, opt={"activity": None})
@@ -80,7 +82,11 @@ async def retry_one(request: Request, person: NamedDependency[Person],
 async def retry_all(person: NamedDependency[Person], archive: NamedDependency[Archive],
                     workspace_id: FromPath[WorkspaceId]) -> Response:
     """Retry every card with an incomplete operation (each a retry of its own, recorded in the
-    activity log like one from the API)."""
+    activity log like one from the API).
+
+    :raises Forbidden: no ``memory.manage`` (a reviewer may list, not retry), even with
+        nothing to retry."""
+    person.principal.require(workspace_id, "memory.manage")
     page = await archive.pending(person.principal, workspace_id, LIMIT, 0)
     queued = down = gone = 0
     for card_id in dict.fromkeys(op.card_id for op in page.operations):

@@ -1,4 +1,4 @@
--- 019: the collection that holds a workspace's valid projections (issue 25, DESIGN §4).
+-- 022: the collection that holds a workspace's valid projections (issue 25, DESIGN §4).
 --
 -- A recorded projection (`projections`) says a card's point is in the index; it does not say in
 -- which collection. When the engine's files were lost (a shard removed while the archive was
