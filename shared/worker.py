@@ -20,6 +20,7 @@ from typing import Any
 
 from arq import Worker, cron
 
+from shared.projection import recovery
 from shared.projection.project import BATCH_SIZE, project_operations
 from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, OutageLog,
                                      is_queue_error, job_id, rebuild_job_id, redis_settings)
@@ -68,9 +69,10 @@ async def project_operation(ctx: dict[str, Any], workspace: str, op_id: int) -> 
         _database_down(ctx, exc)
         return {"error": "database_unavailable"}
     _database_up(ctx)
-    if report.errors:
-        log.warning("projection in %s left %d operation(s) pending: %s", workspace,
-                    report.failed, report.errors[0])
+    if report.errors:  # a wait for a rebuild (nothing leased) is said at each sweep: not a warning
+        (log.warning if report.leased else log.debug)(
+            "projection in %s left %d operation(s) pending: %s", workspace, report.failed,
+            report.errors[0])
     return report.__dict__
 
 
@@ -136,6 +138,31 @@ async def drop_removed_collections(res: Resources) -> int:
     return dropped
 
 
+#: how often the sweep checks every workspace's index collection against the recorded one
+#: (:func:`shared.projection.recovery.verify_all`; also at the worker's first sweep)
+INDEX_CHECK_SECONDS = 10.0
+
+
+async def check_collections(ctx: dict[str, Any]) -> dict[str, str]:
+    """Every :data:`INDEX_CHECK_SECONDS` (and at the first sweep): find the workspaces whose
+    index collection was lost and queue their rebuild (:mod:`shared.projection.recovery`);
+    returns ``{workspace: state}`` of those not ``ok``/``fresh`` (empty when not due).
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+    """
+    res: Resources = ctx["resources"]
+    due = ctx["index_check"]
+    now = asyncio.get_running_loop().time()
+    if res.index is None or now < due["next"]:
+        return {}
+    found = await recovery.verify_all(res.db, res.index)
+    due["next"] = now + INDEX_CHECK_SECONDS
+    for workspace, state in found.items():
+        if state != recovery.ADOPT:
+            log.warning("index collection of workspace %s: %s", workspace, state)
+    return found
+
+
 async def purge_admin_sessions(ctx: dict[str, Any]) -> tuple[int, int] | None:
     """Delete, in every workspace, the administration's browser sessions that ended (signed
     out, past their expiry, or their token revoked or expired) and the one-time sign-in links used
@@ -163,6 +190,7 @@ async def _sweep(ctx: dict[str, Any]) -> int:
     res: Resources = ctx["resources"]
     redis = ctx["redis"]
     offered = 0
+    await check_collections(ctx)  # before the rebuilds are listed: a lost one's is offered now
     async with res.db.transaction(None) as conn:
         workspaces_open = await outbox.workspaces_with_open_operations(conn)
         open_rebuilds = await rebuilds.open_rebuilds(conn)
@@ -331,7 +359,7 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
         queue_name=QUEUE_NAME,
         ctx={"resources": resources,
              "database_outage": OutageLog(log, "PostgreSQL is back; projection resumes"),
-             "session_purge": {}},
+             "index_check": {"next": 0.0}, "session_purge": {}},
         burst=burst,
         max_jobs=max_jobs or s.worker_jobs,
         handle_signals=handle_signals,

@@ -120,7 +120,12 @@ class QdrantEdgeEngine:
 
     def _resolve(self, name: str) -> str | None:
         physical = self._pointers().get(name)
-        if physical is None or not (self.root / physical / SHARD_DIR).exists():
+        if physical is None:
+            return None
+        if not (self.root / physical / SHARD_DIR).exists():
+            # its files were removed: an open handle would write into nothing (and fail to
+            # flush on close); the archive notices the loss (shared.projection.recovery)
+            self._close_shard(physical)
             return None
         return physical
 
@@ -188,12 +193,12 @@ class QdrantEdgeEngine:
         self._checked[physical] = layout
         return physical
 
-    def _check_sync(self, name: str, layout: VectorLayout) -> bool:
+    def _check_sync(self, name: str, layout: VectorLayout) -> str | None:
         physical = self._resolve(name)
         if physical is None:
-            return False
+            return None
         if self._checked.get(physical) == layout:
-            return True
+            return physical
         import qdrant_edge as qe
 
         problems = layout.problems(self._meta(physical))
@@ -210,7 +215,7 @@ class QdrantEdgeEngine:
         if problems:
             raise IndexIncompatible(f"collection {name}: " + "; ".join(problems))
         self._checked[physical] = layout
-        return True
+        return physical
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -229,7 +234,7 @@ class QdrantEdgeEngine:
 
     # -- IndexEngine ---------------------------------------------------------------------
 
-    async def check_collection(self, workspace: str, layout: VectorLayout) -> bool:
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
         """See :meth:`IndexEngine.check_collection`."""
         name = self.collection(workspace)
         return await self._call(lambda: self._check_sync(name, layout))
@@ -240,19 +245,21 @@ class QdrantEdgeEngine:
         name = self.collection(workspace)
         return await self._call(lambda: self._resolve(name))
 
-    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> None:
+    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> str:
         """See :meth:`IndexEngine.ensure_collection`."""
         name = self.collection(workspace)
 
-        def run() -> None:
-            if self._check_sync(name, layout):
-                return
+        def run() -> str:
+            found = self._check_sync(name, layout)
+            if found is not None:
+                return found
             physical = self._create_physical(name, workspace, layout)
             pointers = self._pointers()
             pointers[name] = physical
             self._write_pointers(pointers)
+            return physical
 
-        await self._call(run)
+        return await self._call(run)
 
     async def create_rebuild_collection(self, workspace: str, layout: VectorLayout) -> str:
         """See :meth:`IndexEngine.create_rebuild_collection`."""
@@ -444,7 +451,8 @@ class QdrantEdgeEngine:
             for physical in list(self._shards):
                 shard = self._shards[physical]
                 try:
-                    shard.flush()
+                    if (self.root / physical / SHARD_DIR).exists():  # else nothing to flush to
+                        shard.flush()
                 finally:
                     self._close_shard(physical)
 

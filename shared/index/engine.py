@@ -119,13 +119,16 @@ class IndexEngine(Protocol):
     """What the archive needs from a vector index. All methods raise :class:`IndexUnavailable`
     when the engine cannot be reached and :class:`IndexIncompatible` on a configuration mismatch."""
 
-    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> None:
+    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> str:
         """Create the workspace collection with ``layout`` if missing; else check it is
-        compatible (:class:`IndexIncompatible` otherwise)."""
+        compatible (:class:`IndexIncompatible` otherwise). Returns the physical collection:
+        a new name with a random suffix when it was created (what PostgreSQL records as the
+        workspace's collection, migration 022)."""
 
-    async def check_collection(self, workspace: str, layout: VectorLayout) -> bool:
-        """True if the collection exists and is compatible with ``layout``; False if it does not
-        exist. :raises IndexIncompatible: it exists with another layout."""
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
+        """The physical collection behind the workspace's name (as :meth:`physical_collection`)
+        if it exists and is compatible with ``layout``; None if it does not exist.
+        :raises IndexIncompatible: it exists with another layout."""
 
     async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
         """Write points (into the workspace's collection, or a named one being rebuilt) and wait

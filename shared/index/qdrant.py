@@ -139,14 +139,14 @@ class QdrantClientEngine:
     async def _call(self, fn: Any) -> Any:
         return await asyncio.to_thread(self._call_sync, fn)
 
-    def _check_sync(self, client: Any, name: str, layout: VectorLayout) -> bool:
+    def _check_sync(self, client: Any, name: str, layout: VectorLayout) -> str | None:
         from qdrant_client import models as qm
 
         physical = self._resolve(client, name)
         if physical is None:
-            return False
+            return None
         if self._checked.get(physical) == layout:
-            return True
+            return physical
         info = client.get_collection(physical)
         params = info.config.params
         vectors = params.vectors if isinstance(params.vectors, dict) else {}
@@ -168,9 +168,9 @@ class QdrantClientEngine:
         if problems:
             raise IndexIncompatible(f"collection {name}: " + "; ".join(problems))
         self._checked[physical] = layout
-        return True
+        return physical
 
-    async def check_collection(self, workspace: str, layout: VectorLayout) -> bool:
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
         """See :meth:`IndexEngine.check_collection`."""
         name = self.collection(workspace)
         return await self._call(lambda c: self._check_sync(c, name, layout))
@@ -181,21 +181,23 @@ class QdrantClientEngine:
         name = self.collection(workspace)
         return await self._call(lambda c: self._resolve(c, name))
 
-    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> None:
+    async def ensure_collection(self, workspace: str, layout: VectorLayout) -> str:
         """See :meth:`IndexEngine.ensure_collection`."""
         name = self.collection(workspace)
 
-        def run(client: Any) -> None:
+        def run(client: Any) -> str:
             from qdrant_client import models as qm
 
-            if self._check_sync(client, name, layout):
-                return
+            found = self._check_sync(client, name, layout)
+            if found is not None:
+                return found
             physical = self._create_physical(client, name, workspace, layout)
             client.update_collection_aliases(change_aliases_operations=[
                 qm.CreateAliasOperation(create_alias=qm.CreateAlias(
                     collection_name=physical, alias_name=name))])
+            return physical
 
-        await self._call(run)
+        return await self._call(run)
 
     def _create_physical(self, client: Any, name: str, workspace: str,
                          layout: VectorLayout) -> str:

@@ -16,14 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.errors import ArchiveError, IndexIncompatible, PrivacyFilterFailed
+from shared.errors import (ArchiveError, DatabaseUnavailable, IndexIncompatible, IndexUnavailable,
+                           PrivacyFilterFailed)
 from shared.index.embedding import Embedder
-from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn
+from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn, VectorLayout
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
+from shared.projection import recovery
 from shared.projection.documents import projected_document
 from shared.store import activity, cards, outbox, workspaces
-from shared.store.database import Database
+from shared.store.database import Connection, Database
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,10 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
         operation is reclaimed by a later sweep).
     """
     report = ProjectionReport()
+    waiting = await _collection_waits(db, index, workspace)
+    if waiting is not None:
+        report.errors.append(waiting)
+        return report
     async with db.transaction(workspace) as conn:
         ops = await outbox.lease(conn, workspace, op_id, batch=batch or op_id is None,
                                  limit=BATCH_SIZE if batch or op_id is None else 1,
@@ -147,6 +153,23 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     return report
 
 
+async def _collection_waits(db: Database, index: IndexEngine, workspace: str) -> str | None:
+    """Why projection must wait for the workspace's collection (lost, or being rebuilt: the
+    operations stay pending, unleased, until the rebuild's switch completes them), or None.
+    :func:`shared.projection.recovery.verify` settles the state first (it queues the rebuild
+    of a lost collection). An engine that cannot be asked is left to the projection itself."""
+    try:
+        state = await recovery.verify(db, index, workspace)
+    except DatabaseUnavailable:
+        raise
+    except ArchiveError:
+        return None
+    if state in (recovery.LOST, recovery.REBUILDING):
+        return (f"index_unavailable: the index collection of workspace {workspace!r} is being "
+                "rebuilt; projection waits for it")
+    return None
+
+
 async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max_attempts: int,
                 said: tuple[str, list[tuple[uuid.UUID, int | None, str]]] | None = None) -> None:
     """Give the operations back with ``error``; ``said``: the outcome and the
@@ -158,6 +181,38 @@ async def _fail(db: Database, workspace: str, op_ids: list[int], error: str, max
             await activity.record_projection_outcomes(
                 conn, workspace, actor=WORKER_ACTOR, verb=PROJECT_VERB, outcome=said[0],
                 failures=said[1])
+
+
+async def _recorded_collection(conn: Connection, index: IndexEngine, workspace: str,
+                               layout: VectorLayout) -> str:
+    """The workspace's collection, checked against the one PostgreSQL records (migration 022,
+    :mod:`shared.projection.recovery`), under the job's projection lock; returns its name.
+
+    A workspace with nothing recorded gets its collection recorded: the one the engine has
+    (made before migration 022), else a new one, created one job at a time (the next one finds
+    it made). A collection is never created for a workspace whose cards are recorded as
+    projected: their points would be missing from it.
+
+    :raises IndexUnavailable: the recorded collection is missing or replaced (the recovery
+        rebuilds it; the operations stay pending). :raises IndexIncompatible: another layout.
+    """
+    found = await index.check_collection(workspace, layout)
+    recorded = await workspaces.index_collection(conn)
+    if recorded is not None:
+        if recorded["collection"] is None or recorded["collection"] != found:
+            raise IndexUnavailable(
+                f"the index collection of workspace {workspace!r} is "
+                f"{'being rebuilt' if recorded['collection'] is None else 'lost'}: "
+                "projection waits for the rebuild")
+        return found
+    if found is None:
+        if await outbox.any_projection(conn):
+            raise IndexUnavailable(f"the index collection of workspace {workspace!r} is lost: "
+                                   "projection waits for the rebuild")
+        await outbox.lock_collection_creation(conn, workspace)
+        found = await index.ensure_collection(workspace, layout)
+    await workspaces.record_index_collection(conn, workspace, found)
+    return found
 
 
 async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
@@ -192,12 +247,7 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
                 live.append(current[cid])
             except PrivacyFilterFailed as exc:
                 refused[cid] = (current[cid].revision, f"{exc.code}: {exc.message}")
-        layout = embedder.layout(ws["language"])
-        if not await index.check_collection(workspace, layout):
-            # the workspace's first projection creates its collection, one job at a time (the
-            # next one finds it made); check_collection raises IndexIncompatible as before
-            await outbox.lock_collection_creation(conn, workspace)
-            await index.ensure_collection(workspace, layout)
+        await _recorded_collection(conn, index, workspace, embedder.layout(ws["language"]))
         if live:
             await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
         if gone or refused:

@@ -275,6 +275,8 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                 await before_switch(target)
             replaced = await index.switch_collection(workspace, target)
             switched = True  # target is the workspace's collection now: never dropped below
+            # the collection that holds the valid projections from now on (migration 022)
+            await workspaces.record_index_collection(conn, workspace, target)
             await outbox.record_projections(conn, {cid: rev for cid, (rev, _) in written.items()})
             await outbox.complete_deletes(conn)
             summary = RebuildSummary(

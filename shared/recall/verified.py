@@ -56,7 +56,7 @@ from shared.recall.eligibility import CandidateRow, build_filter, eligible
 from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
-from shared.store import cards, outbox, verification, workspaces
+from shared.store import cards, outbox, rebuilds, verification, workspaces
 from shared.store import sessions as session_rows
 from shared.store.database import Connection, Database
 
@@ -140,6 +140,7 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     decided: set[uuid.UUID] = set()
     async with db.transaction(workspace, role=role, read_only=True) as conn:
         language = (await workspaces.get(conn, workspace))["language"]
+        recorded = await workspaces.index_collection(conn)
         if session is not None:
             decided = await session_rows.decided_card_ids(conn, session)
     t0 = clock()
@@ -147,18 +148,14 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     layout = layout or embedder.layout(language)
     t.embed += clock() - t0
     t0 = clock()
-    exists = await index.check_collection(workspace, layout)
+    found = await index.check_collection(workspace, layout)
     t.index += clock() - t0
-    if not exists:
-        async with db.transaction(workspace, role=role, read_only=True) as conn:
-            counts = await outbox.projection_counts(conn)
-            waiting = await outbox.unindexed_count(conn)
-        if counts["current"]:
-            raise IndexUnavailable(
-                f"the index has no collection for workspace {workspace!r} although "
-                f"{counts['current']} cards are recorded as projected: run `memarc index`")
-        return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none(),
-                              not_indexed=waiting)
+    if not (recorded is not None and found is not None and recorded["collection"] == found):
+        if not await _searchable(db, workspace, role, found):
+            async with db.transaction(workspace, role=role, read_only=True) as conn:
+                waiting = await outbox.unindexed_count(conn)
+            return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none(),
+                                  not_indexed=waiting)
     branches = profile.branches()
     dense_names = tuple(b for b in branches if b in layout.dense)
     sparse_names = tuple(b for b in branches if b in layout.sparse)
@@ -220,6 +217,44 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
             return RecallResponse(results=results, excluded=len(dropped), expansion=summary,
                                   not_indexed=await outbox.unindexed_count(conn))
     raise AssertionError("unreachable: the last round returns")  # pragma: no cover
+
+
+async def _searchable(db: Database, workspace: str, role: Literal["runtime", "reader"],
+                      found: str | None) -> bool:
+    """Whether recall may search ``found``, the engine's collection, when it is not the one
+    read as recorded before the search (migration 022, :mod:`shared.projection.recovery`).
+    Read again: a rebuild may have switched in between (the collection its running switch
+    writes is searchable too). False: the workspace has no collection and no card is projected
+    (an empty result is the truth).
+
+    :raises IndexUnavailable: the recorded collection is missing or replaced, or is being
+        rebuilt, or cards are recorded as projected and there is no collection: a search now
+        would miss cards, so recall answers 503 until the worker has rebuilt it.
+    """
+    async with db.transaction(workspace, role=role, read_only=True) as conn:
+        recorded = await workspaces.index_collection(conn)
+        latest = await rebuilds.latest(conn)
+        counts = await outbox.projection_counts(conn) if recorded is None else None
+    if recorded is None:  # a workspace never projected, or one made before migration 022
+        if found is not None:
+            return True
+        if counts["current"]:
+            raise IndexUnavailable(
+                f"the index has no collection for workspace {workspace!r} although "
+                f"{counts['current']} cards are recorded as projected; the worker rebuilds it")
+        return False
+    switching = (latest is not None and latest["status"] == "running"
+                 and latest["collection"] is not None and latest["collection"] == found)
+    if found is not None and (recorded["collection"] == found or switching):
+        return True
+    if recorded["collection"] is None:
+        raise IndexUnavailable(f"the index collection of workspace {workspace!r} was lost and "
+                               "is being rebuilt from PostgreSQL; recall answers once every "
+                               "card is back")
+    raise IndexUnavailable(
+        f"the index collection {recorded['collection']!r} of workspace {workspace!r} is "
+        + ("missing" if found is None else f"replaced by {found!r}")
+        + "; the worker rebuilds it from PostgreSQL, recall answers once every card is back")
 
 
 def _excluding(flt: IndexFilter, decided: set[uuid.UUID]) -> IndexFilter:

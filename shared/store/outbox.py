@@ -178,7 +178,7 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
     """The projection queue of every workspace, for the metrics at scrape time: operations per
     status, the age of the oldest pending or running one, and the lag (queued to completed, in
     seconds) of the done ones over ``lag_bounds`` (ascending bucket upper bounds). One read-only
-    transaction and one statement whatever the number of workspaces (migration 019's definer
+    transaction and one statement whatever the number of workspaces (migration 022's definer
     function scans the operations once).
 
     :raises DatabaseUnavailable: PostgreSQL cannot be reached. :raises SchemaOutdated.
@@ -244,6 +244,16 @@ async def record_projections(conn: AsyncConnection, revisions: Mapping[uuid.UUID
 async def forget_projections(conn: AsyncConnection, card_ids: list[uuid.UUID]) -> None:
     """Drop the recorded projections of cards whose points were removed."""
     await conn.execute(Q.outbox_projection_forget, {"ids": card_ids})
+
+
+async def forget_all_projections(conn: AsyncConnection) -> None:
+    """Drop every recorded projection of the workspace (its collection was lost)."""
+    await conn.execute(Q.outbox_projection_forget_all)
+
+
+async def any_projection(conn: AsyncConnection) -> bool:
+    """Whether the workspace has any recorded projection."""
+    return (await (await conn.execute(Q.outbox_projection_any)).fetchone())["recorded"]
 
 
 async def projection_state(conn: AsyncConnection, card_uuid: uuid.UUID) -> dict[str, Any] | None:

@@ -29,6 +29,19 @@ SELECT id, workspace FROM workspace_removals_pending();
 -- Record the sweep's attempt to drop a removed workspace's collection (error NULL: done).
 SELECT workspace_removal_index_result(%(id)s, %(error)s);
 
+-- name: workspaces_index_collection
+-- The collection recorded as holding the workspace's valid projections (migration 022): no row
+-- when none was recorded yet, a NULL collection while a lost one is being rebuilt.
+SELECT collection, recorded_at FROM index_collections;
+
+-- name: workspaces_record_index_collection
+-- Record the collection that holds the workspace's valid projections (NULL: none; the one
+-- recorded was lost and a rebuild is under way).
+INSERT INTO index_collections (workspace_id, collection, recorded_at)
+VALUES (%(workspace)s, %(collection)s, now())
+ON CONFLICT (workspace_id) DO UPDATE
+SET collection = EXCLUDED.collection, recorded_at = EXCLUDED.recorded_at;
+
 -- ==== cards: cards, dependencies, links (shared/store/cards.py) ====
 -- name: cards_insert
 -- Insert a new card; returns its first revision.
@@ -358,7 +371,7 @@ SELECT count(*) AS n FROM projection_ops WHERE status <> 'done';
 
 -- name: outbox_queue_summary
 -- Every workspace's operations per status and lag bucket in one statement (the metrics' queue
--- figures, read at scrape time, through migration 019's definer function): count, age in
+-- figures, read at scrape time, through migration 022's definer function): count, age in
 -- seconds of the oldest, and the sum of the done ones' lags; a workspace without operations has
 -- one row with a NULL status. %(n)s and %(neg_bounds)s: see the function's comment.
 SELECT workspace_id, status, bucket, n_ops AS n, oldest_seconds, lag_sum
@@ -389,6 +402,14 @@ RETURNING card_id;
 -- A card whose point was removed (the privacy filter refused its current text) has no valid
 -- projection any more.
 DELETE FROM projections WHERE card_id = ANY(%(ids)s);
+
+-- name: outbox_projection_forget_all
+-- Every recorded projection of the workspace is void: its collection was lost.
+DELETE FROM projections;
+
+-- name: outbox_projection_any
+-- Whether the workspace has any recorded projection (a collection held its points once).
+SELECT EXISTS (SELECT 1 FROM projections) AS recorded;
 
 -- name: outbox_projection_state
 -- A card's revision with its recorded projection's revision and format (NULL: none).

@@ -38,3 +38,17 @@ async def removal_index_result(conn: AsyncConnection, removal_id: int,
     """Record the worker's attempt to drop a removed workspace's collection: done (``error``
     None), or still pending with ``error``."""
     await conn.execute(Q.workspaces_removals_index_result, {"id": removal_id, "error": error})
+
+
+async def index_collection(conn: AsyncConnection) -> dict[str, Any] | None:
+    """The workspace's recorded index collection ``{collection, recorded_at}`` (migration 022):
+    None when none was recorded yet; ``collection`` None while a lost one is being rebuilt."""
+    return await (await conn.execute(Q.workspaces_index_collection)).fetchone()
+
+
+async def record_index_collection(conn: AsyncConnection, workspace_id: str,
+                                  collection: str | None) -> None:
+    """Record ``collection`` as the one holding the workspace's valid projections (None: the
+    recorded one was lost, and none is valid until a rebuild switches to a new one)."""
+    await conn.execute(Q.workspaces_record_index_collection,
+                       {"workspace": workspace_id, "collection": collection})
