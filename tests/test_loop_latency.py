@@ -86,3 +86,38 @@ async def test_healthz_answers_while_long_cards_are_projected(make_env, monkeypa
         assert max(latencies) < HEALTHZ_BOUND, (
             f"/healthz took {max(latencies):.1f} s while long cards were projected "
             f"(p50 {sorted(latencies)[len(latencies) // 2]:.3f} s, {len(latencies)} samples)")
+
+
+async def test_a_document_worker_that_died_is_replaced():
+    import signal
+
+    from shared.privacy import PrivacyFilter
+    from shared.projection import offload
+    from shared.projection.offload import documents
+
+    card = long_card_struct()
+    filt = PrivacyFilter(max_chars=200_000)
+    first = await documents([card], filt)
+    worker_pids = [p.pid for p in offload._document_pool()._processes.values()]
+    for pid in worker_pids:
+        os.kill(pid, signal.SIGKILL)
+    again = await documents([card], filt)  # the dead worker is noticed, and replaced
+    assert again == first and isinstance(first[0], tuple)
+    assert not set(worker_pids) & {p.pid for p in offload._document_pool()._processes.values()}
+    refused = await documents([card], PrivacyFilter(max_chars=10))
+    assert refused[0].startswith("privacy filter refused a text of")
+
+
+def long_card_struct() -> Any:
+    """:func:`long_card` as a :class:`~shared.models.Card`."""
+    import uuid
+    from datetime import datetime, timezone
+
+    from shared.models import Card
+
+    now = datetime.now(timezone.utc)
+    body = long_card(0)
+    return Card(id=f"mem-{uuid.uuid4()}", workspace="acme", family=body["family"],
+                title=body["title"], content=body["content"], scope=None, concepts=[],
+                dependencies=[], links=[], source=None, origin="import", revision=1,
+                created_at=now, updated_at=now)

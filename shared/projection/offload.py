@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import threading
 import uuid
 from collections.abc import Mapping
@@ -62,12 +63,18 @@ def documents_sync(cards: list[Card], privacy: PrivacyFilter,
     return out
 
 
+def _ignore_interrupts() -> None:
+    """The document worker's start: Ctrl+C in a terminal reaches the whole process group, and
+    the parent (``memarc up``) stops its work and then this worker itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _document_pool() -> ProcessPoolExecutor:
     """The process's pool of one document worker, created on first use."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ProcessPoolExecutor(max_workers=1,
+            _pool = ProcessPoolExecutor(max_workers=1, initializer=_ignore_interrupts,
                                         mp_context=multiprocessing.get_context("forkserver"))
         return _pool
 
