@@ -28,6 +28,19 @@ BM25_MODEL = "Qdrant/bm25"
 STEMMERS: dict[Language, str] = {"en": "english", "it": "italian"}
 #: texts per dense batch (sorted by length, so a batch pads little)
 DENSE_BATCH = 16
+#: estimated tokens per dense batch, padding included (texts x the longest's estimate): the
+#: model's activations grow with batch x length (attention with batch x length^2), and
+#: onnxruntime keeps what its largest batch needed. 16 texts at the 512-token context held
+#: 200 MB for one attention tensor alone; this budget gives 4 such texts a batch and leaves
+#: batches of short texts at :data:`DENSE_BATCH` (``bench/worker_memory.py``, issue 25)
+DENSE_BATCH_TOKENS = 2048
+#: characters per token assumed by the estimate: low (English prose is ~4, SQL ~3), so a batch
+#: is cut early rather than late
+CHARS_PER_TOKEN = 3
+#: onnxruntime's CPU memory arena for the document sessions: off, so the memory of a long batch
+#: goes back to the allocator when the batch ends instead of staying reserved by the session
+#: (fastembed passes ``enable_cpu_mem_arena`` to the session options)
+DOCUMENT_ARENA = False
 #: added to a model-loading error when no local model folder is configured (an offline machine
 #: cannot reach fastembed's model hub)
 OFFLINE_HINT = (" (no local model folder is configured: on a machine without access to the model "
@@ -98,15 +111,16 @@ class Embedder:
         if key not in self._pools:
             with self._lock:
                 if key not in self._pools:
-                    self._pools[key] = [self._new_dense(key, 1) for _ in range(self._sessions)]
+                    self._pools[key] = [self._new_dense(key, 1, arena=DOCUMENT_ARENA)
+                                        for _ in range(self._sessions)]
         return self._pools[key]
 
     @staticmethod
-    def _new_dense(key: tuple[str, str | None], threads: int) -> Any:
+    def _new_dense(key: tuple[str, str | None], threads: int, arena: bool = True) -> Any:
         from fastembed import TextEmbedding
 
         name, path = key
-        kwargs: dict[str, Any] = {"threads": threads}
+        kwargs: dict[str, Any] = {"threads": threads, "enable_cpu_mem_arena": arena}
         if path:
             kwargs.update(specific_model_path=path, local_files_only=True)
         try:
@@ -189,24 +203,28 @@ class Embedder:
     def embed_dense_sync(self, texts: list[str], language: str = "en") -> list[list[float]]:
         """Dense vectors (L2-normalised floats) of documents with the language's model, in
         order: small batches sorted by length (padding to the longest text of a batch dominates
-        the cost: measured 1.7-2x faster on the BIRD cards), the batches dealt out in turn to
-        the sessions of :meth:`_dense_pool`, which run at once in threads (onnxruntime releases
-        the GIL); one call at a time per process, so concurrent jobs do not oversubscribe the
-        cores."""
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        the cost: measured 1.7-2x faster on the BIRD cards) and bounded by estimated tokens
+        (:func:`dense_batches`), the batches dealt out in turn to the sessions of
+        :meth:`_dense_pool`, which run at once in threads (onnxruntime releases the GIL); one
+        call at a time per process, so concurrent jobs do not oversubscribe the cores. The heap
+        the call freed goes back to the system (:func:`trim_heap`)."""
         pool = self._dense_pool(language)
-        batches = [order[k:k + DENSE_BATCH] for k in range(0, len(order), DENSE_BATCH)]
-        shares = [[i for b in batches[n::len(pool)] for i in b] for n in range(len(pool))]
+        batches = dense_batches(texts, _max_tokens(pool[0]))
         out: list[list[float]] = [[]] * len(texts)
 
-        def run(model: Any, share: list[int]) -> None:
-            for i, vector in zip(share, model.embed([texts[i] for i in share],
-                                                    batch_size=DENSE_BATCH)):
-                out[i] = vector.tolist()
+        def run(model: Any, share: list[list[int]]) -> None:
+            for batch in share:
+                vectors = model.embed([texts[i] for i in batch], batch_size=len(batch))
+                for i, vector in zip(batch, vectors):
+                    out[i] = vector.tolist()
 
         with self._embed_lock:
-            for f in [self._pool_threads.submit(run, m, sh) for m, sh in zip(pool, shares) if sh]:
-                f.result()
+            try:
+                for f in [self._pool_threads.submit(run, model, batches[n::len(pool)])
+                          for n, model in enumerate(pool) if batches[n::len(pool)]]:
+                    f.result()
+            finally:
+                trim_heap()
         return out
 
     def embed_sparse_sync(self, texts: list[str], language: str) -> list[SparseVector]:
@@ -253,6 +271,56 @@ class Embedder:
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
         return await asyncio.to_thread(self.embed_query_sync, text, language)
+
+
+def dense_batches(texts: list[str], max_tokens: int = 512) -> list[list[int]]:
+    """Indices of ``texts`` cut into dense batches, shortest texts first: at most
+    :data:`DENSE_BATCH` texts, and at most :data:`DENSE_BATCH_TOKENS` estimated tokens once
+    padded to the batch's longest text (a text is ``len / CHARS_PER_TOKEN`` tokens, at most
+    ``max_tokens``, the model's context: the tokenizer truncates there). A text alone is always
+    a batch, however long."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        tokens = min(max_tokens, len(texts[i]) // CHARS_PER_TOKEN + 2)  # + [CLS] and [SEP]
+        batch = batches[-1] if batches else None
+        if (batch is None or len(batch) >= DENSE_BATCH
+                or (len(batch) + 1) * tokens > DENSE_BATCH_TOKENS):
+            batches.append([i])
+        else:
+            batch.append(i)
+    return batches
+
+
+def _max_tokens(model: Any) -> int:
+    """The context (tokens) at which fastembed's tokenizer truncates a dense model's input
+    (512 when the model does not say)."""
+    truncation = getattr(getattr(model, "model", None), "tokenizer", None)
+    truncation = getattr(truncation, "truncation", None) or {}
+    return int(truncation.get("max_length") or 512)
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc ``malloc_trim(0)``; nothing
+    elsewhere). A batch of long texts frees hundreds of MB that glibc otherwise keeps mapped in
+    the arenas of the threads that used it, so the process would stay at its largest batch."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _load_libc() -> Any:
+    """glibc through ctypes, or None (another C library, or no ``malloc_trim``)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _load_libc()
 
 
 def _model_dir(model: Any) -> Path | None:

@@ -22,8 +22,8 @@ from shared.index.embedding import Embedder
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn, VectorLayout
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
-from shared.projection import recovery
-from shared.projection.documents import projected_document
+from shared.projection import offload, recovery
+from shared.projection.offload import Document
 from shared.store import activity, cards, outbox, workspaces
 from shared.store.database import Connection, Database
 
@@ -49,9 +49,30 @@ async def build_points(embedder: Embedder, cards: list[Card], language: str,
 
     :raises PrivacyFilterFailed: the filter failed on one of the cards; nothing was embedded.
     """
-    linked = linked or {}
-    docs = [projected_document(c, privacy, linked.get(uuid.UUID(c.id[4:]))) for c in cards]
+    built = await offload.documents(cards, privacy, linked or {})
+    docs = [doc for doc in built if not isinstance(doc, str)]
+    if len(docs) < len(built):
+        raise PrivacyFilterFailed(next(doc for doc in built if isinstance(doc, str)))
     return await embed_documents(embedder, cards, docs, language)
+
+
+async def _documents(cards: list[Card], privacy: PrivacyFilter,
+                     linked: Mapping[uuid.UUID, list[str]]
+                     ) -> tuple[list[Card], list[Document], dict[uuid.UUID, tuple[int, str]]]:
+    """The documents of ``cards``, built off the event loop (:mod:`shared.projection.offload`):
+    the cards the privacy filter passed, their documents in the same order, and the refused
+    ones (card id -> revision and ``"<code>: <message>"``)."""
+    built = await offload.documents(cards, privacy, linked)
+    live: list[Card] = []
+    docs: list[Document] = []
+    refused: dict[uuid.UUID, tuple[int, str]] = {}
+    for card, doc in zip(cards, built):
+        if isinstance(doc, str):
+            refused[uuid.UUID(card.id[4:])] = (card.revision, f"{PrivacyFilterFailed.code}: {doc}")
+        else:
+            live.append(card)
+            docs.append(doc)
+    return live, docs, refused
 
 
 async def embed_documents(embedder: Embedder, cards: list[Card],
@@ -236,17 +257,8 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
         gone = [c for c in card_ids if c not in current]
         # The privacy filter runs before anything reaches the embedder or the index.
         linked = await cards.linked_questions(conn, [c for c in card_ids if c in current])
-        live: list[Card] = []
-        docs: list[tuple[dict[str, str], dict[str, Any]]] = []
-        refused: dict[uuid.UUID, tuple[int, str]] = {}
-        for cid in card_ids:
-            if cid not in current:
-                continue
-            try:
-                docs.append(projected_document(current[cid], privacy, linked.get(cid)))
-                live.append(current[cid])
-            except PrivacyFilterFailed as exc:
-                refused[cid] = (current[cid].revision, f"{exc.code}: {exc.message}")
+        live, docs, refused = await _documents([current[c] for c in card_ids if c in current],
+                                               privacy, linked)
         await _recorded_collection(conn, index, workspace, embedder.layout(ws["language"]))
         if live:
             await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
