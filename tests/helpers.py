@@ -183,10 +183,14 @@ async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None
     return pid
 
 
-async def make_incompatible_collection(index: Any, workspace: str, dimension: int = 384) -> None:
+async def make_incompatible_collection(index: Any, workspace: str, dimension: int = 384,
+                                      recorded_in: str | None = None) -> None:
     """Replace the workspace collection by one without the BM25 vector and with a dense vector
     of ``dimension`` (an old deployment's), on either embedded engine, through their public
-    interface only:
+    interface only. ``recorded_in``: a migrator URL; the new collection is then recorded as the
+    workspace's (migration 022), as an old deployment's own collection would be, so that the
+    worker sees an incompatible layout to wait on (``memarc index``) and not a replaced collection
+    to rebuild by itself. The engines:
 
     - Qdrant Edge: a legacy shard ``<name>__legacy`` next to the engine's shards, switched in
       with :meth:`~shared.index.edge.QdrantEdgeEngine.switch_collection`;
@@ -221,6 +225,13 @@ async def make_incompatible_collection(index: Any, workspace: str, dimension: in
                 client.close()
 
         await asyncio.to_thread(create)
+    if recorded_in is not None:
+        physical = await index.physical_collection(workspace)
+        with psycopg.connect(recorded_in, autocommit=True) as conn:
+            conn.execute("INSERT INTO memory.index_collections (workspace_id, collection) "
+                         "VALUES (%s, %s) ON CONFLICT (workspace_id) DO UPDATE SET "
+                         "collection = excluded.collection, recorded_at = now()",
+                         [workspace, physical])
 
 
 def stop_process(proc: Any, grace: float = 20.0) -> None:

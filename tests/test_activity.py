@@ -154,7 +154,8 @@ async def test_a_projection_kept_pending_by_an_incompatible_index_is_recorded(ma
         h = env.token("acme")
         old = (await env.client.post(BASE, json=CARD, headers=h)).json()["card"]
         await env.drain()
-        await make_incompatible_collection(env.resources.index, "acme")
+        await make_incompatible_collection(env.resources.index, "acme",
+                                          recorded_in=env.migrator_url)
         new = (await env.client.post(BASE, headers=h, json={
             **CARD, "title": "Fiscal quarters", "content": {"rule": "Quarters start in April."}})
         ).json()["card"]

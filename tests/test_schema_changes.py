@@ -398,7 +398,8 @@ async def test_a_failed_point_deletion_keeps_the_run_open_until_a_retry_finishes
 
     async with make_env() as env:
         hm, hs, ids = await _projected(env)
-        await make_incompatible_collection(env.resources.index, "acme")
+        await make_incompatible_collection(env.resources.index, "acme",
+                                          recorded_in=env.migrator_url)
         gone = sorted(ids[n] for n in ORDERS_GONE)
         async with env.running_worker():
             r = await env.client.post(f"{CHANGES}?wait=3", headers=hs, json=ORDERS_RUN)
