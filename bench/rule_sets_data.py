@@ -30,8 +30,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
 from shared.models import Dependency, ImportCard, Source
 from tools.bird_cards import (SchemaMatcher, bound, collapse, load_schema, make_title, match_schema,
                               normalise_clause, rst_to_markdown, sha12, split_clauses)
@@ -60,6 +58,8 @@ class Query:
 
 @dataclass
 class RuleSet:
+    """One set: its name, its ``sql_rule`` cards (``source.record`` = key) and its queries."""
+
     name: str
     cards: list[ImportCard]
     queries: list[Query] = field(default_factory=list)
@@ -81,10 +81,12 @@ def rule_card(key: str, title: str, rule: str, deps: list[dict] | None = None) -
 
 
 def words(text: str) -> set[str]:
+    """The lower-cased alphanumeric words of ``text``."""
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
+    """|a ∩ b| / |a ∪ b|, 0.0 for two empty sets."""
     return len(a & b) / len(a | b) if a | b else 0.0
 
 
@@ -140,7 +142,6 @@ def evidence_set(rows: list[dict] | None = None) -> RuleSet:
 
 # ---- SQL rendered as a procedure ------------------------------------------------------------
 
-_CLAUSES = ("select", "from", "where", "group by", "having", "order by", "limit")
 _CLAUSE_RE = re.compile(r"\b(select|from|where|group\s+by|having|order\s+by|limit)\b",
                         re.IGNORECASE)
 _JOIN_RE = re.compile(r"\b(?:inner\s+|left\s+(?:outer\s+)?|right\s+|full\s+|cross\s+)?join\b",
@@ -292,10 +293,6 @@ def lint_set(rows: list[dict] | None = None) -> RuleSet:
 
 
 def all_sets() -> list[RuleSet]:
+    """Every set, in the order the runner reports them (reads the dataset files)."""
     return [evidence_set(), procedures_set(), critic_set(), lint_set()]
 
-
-def as_bytes(rule_set: RuleSet) -> bytes:
-    """The set as JSON (cards and queries), for inspection."""
-    return msgspec.json.encode({"cards": rule_set.cards,
-                                "queries": [q.__dict__ for q in rule_set.queries]})

@@ -5,7 +5,8 @@ projected by the product into its own archive, asked through the code path of ``
 (``shared.recall.verified.recall``, as ``bench/recall_quality.py``) in ``rules`` mode with the
 product's profile next to the peers (dense only, BM25 only, RRF k=60, DBSF on a format-2 index
 of the same cards), on the TUNE and REPORT halves, r@1 and r@3 (top 10 asked). Run:
-``.venv/bin/python bench/rules_sets.py [--sets evidence,procedures,lint] [--limit N] [--json]``.
+``.venv/bin/python bench/rules_sets.py [--sets evidence,procedures,critic,lint] [--limit N]
+[--json]``.
 
 ``--limit N``: an evenly spread sample of about N queries per set (the same sample on every run).
 ``--text rule``: the cards' title is replaced by the rule itself (the title repeats the rule,
@@ -112,7 +113,8 @@ def table(rows: list[dict]) -> str:
 
 async def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", default="evidence,procedures,lint")
+    ap.add_argument("--sets", default="evidence,procedures,critic,lint",
+                    help="comma-separated sets (default: all four)")
     ap.add_argument("--limit", type=int, default=None, help="about N queries per set")
     ap.add_argument("--text", choices=["title", "rule"], default="title",
                     help="card title as built (title) or the rule repeated (rule)")

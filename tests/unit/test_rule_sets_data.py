@@ -4,8 +4,8 @@ out of the rule and used as the query. Small in-line rows; no dataset, database 
 
 from __future__ import annotations
 
-from bench.rule_sets_data import (clause_title, critic_set, evidence_set, half_of, lint_set, procedure_text,
-                                  top_level_clauses)
+from bench.rule_sets_data import (clause_title, critic_set, evidence_set, half_of, lint_set,
+                                  procedure_text, top_level_clauses)
 
 ROWS = [
     {"db_id": "b_db", "question": "How many clients opened accounts in Prague?",
@@ -62,7 +62,8 @@ def test_lint_rule_has_no_code_and_the_query_is_the_anti_pattern_code():
     row = {"code": "AL01", "summary": "Implicit/explicit aliasing of table.",
            "anti_pattern": "The alias is implicit.\n\n.. code-block:: sql\n\n    SELECT\n"
                            "        voo.a\n    FROM foo voo",
-           "best_practice": "Add ``AS``.\n\n.. code-block:: sql\n\n    SELECT voo.a FROM foo AS voo"}
+           "best_practice": "Add ``AS``.\n\n.. code-block:: sql\n\n"
+                            "    SELECT voo.a FROM foo AS voo"}
     s = lint_set([row])
     assert "FROM foo" not in s.cards[0].content["rule"]
     assert s.queries[0].text == "SELECT voo.a FROM foo voo"
