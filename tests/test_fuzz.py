@@ -76,6 +76,10 @@ REVIEW_ROUTES = {("GET", f"{_S}/summary"), ("POST", f"{_S}/review"), ("POST", f"
                  ("GET", f"{_S}/decisions")}
 # a reviewer sees whether the cards a review applied are indexed yet (not retry them)
 REVIEW_ROUTES |= {("GET", "/api/workspaces/{workspace_id}/memory/pending")}
+# the sessions waiting for review: listed for the reviewer and for the proposer (its own work)
+_SESSIONS = ("GET", "/api/workspaces/{workspace_id}/sessions")
+PROPOSE_ROUTES |= {_SESSIONS}
+REVIEW_ROUTES |= {_SESSIONS}
 #: The routes each token kind of the hostile runs may use (every other one answers it 403).
 ALLOWED_ROUTES = {"read": READ_ROUTES, "propose": PROPOSE_ROUTES, "review": REVIEW_ROUTES}
 
