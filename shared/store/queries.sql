@@ -463,11 +463,14 @@ SELECT DISTINCT card_id FROM projection_ops
 WHERE op = 'delete' AND status IN ('pending', 'running');
 
 -- ==== rebuilds: tracked index rebuilds (shared/store/rebuilds.py) ====
+-- Columns are named, never `*`: a prepared statement's result type must not change when a column
+-- is added under a running process (tests/test_schema_gone.py).
 -- name: rebuilds_insert
 -- Queue a rebuild of the workspace; returns its row.
 INSERT INTO index_rebuilds (id, workspace_id, requested_by)
 VALUES (%(id)s, %(workspace)s, %(actor)s)
-RETURNING *;
+RETURNING id, workspace_id, status, requested_by, total, done, collection, summary, error,
+          lease_expires_at, created_at, started_at, finished_at;
 
 -- name: rebuilds_claim
 -- Lease a queued rebuild (or a running one whose lease expired); no row when it is taken.
@@ -475,7 +478,8 @@ UPDATE index_rebuilds
 SET status = 'running', started_at = coalesce(started_at, now()), done = 0,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s AND (status = 'queued' OR (status = 'running' AND lease_expires_at < now()))
-RETURNING *;
+RETURNING id, workspace_id, status, requested_by, total, done, collection, summary, error,
+          lease_expires_at, created_at, started_at, finished_at;
 
 -- name: rebuilds_progress
 -- Record how many cards a running rebuild wrote into its collection, and renew its lease.
@@ -497,7 +501,8 @@ UPDATE index_rebuilds
 SET status = %(status)s, summary = %(summary)s, error = %(error)s, finished_at = now(),
     lease_expires_at = NULL
 WHERE id = %(id)s
-RETURNING *;
+RETURNING id, workspace_id, status, requested_by, total, done, collection, summary, error,
+          lease_expires_at, created_at, started_at, finished_at;
 
 -- name: rebuilds_release
 -- A rebuild interrupted by a graceful stop goes back to the queue (the sweep restarts it).
@@ -507,11 +512,15 @@ WHERE id = %(id)s AND status = 'running';
 
 -- name: rebuilds_get
 -- One rebuild of the workspace by id.
-SELECT * FROM index_rebuilds WHERE id = %(id)s;
+SELECT id, workspace_id, status, requested_by, total, done, collection, summary, error,
+          lease_expires_at, created_at, started_at, finished_at
+FROM index_rebuilds WHERE id = %(id)s;
 
 -- name: rebuilds_latest
 -- The workspace's most recently requested rebuild.
-SELECT * FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
+SELECT id, workspace_id, status, requested_by, total, done, collection, summary, error,
+          lease_expires_at, created_at, started_at, finished_at
+FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
 
 -- name: rebuilds_sweep
 -- Rebuilds to (re)start across workspaces (a definer function): queued, or running with an
