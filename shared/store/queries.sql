@@ -799,16 +799,23 @@ DO UPDATE SET decision = EXCLUDED.decision, decided_by = EXCLUDED.decided_by, de
 
 -- name: schema_changes_runs_get
 -- A schema-change run by id.
-SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s;
+SELECT run_id, database_name, schema_name, removed_tables, removed_columns, request_digest, status,
+       deleted, errors, requested_by, recorded_at, completed_at, cards_deleted_at
+FROM schema_change_runs WHERE run_id = %(run_id)s;
 
 -- name: schema_changes_runs_get_for_update
 -- A schema-change run by id, locked until the transaction ends.
-SELECT * FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
+SELECT run_id, database_name, schema_name, removed_tables, removed_columns, request_digest, status,
+       deleted, errors, requested_by, recorded_at, completed_at, cards_deleted_at
+FROM schema_change_runs WHERE run_id = %(run_id)s FOR UPDATE;
 
 -- name: schema_changes_runs_list
 -- The workspace's runs, newest first (`database`/`schema`: NULL for any, a token's binding), with
 -- the number of runs that match in all.
-SELECT *, count(*) OVER () AS total FROM schema_change_runs
+SELECT run_id, database_name, schema_name, removed_tables, removed_columns, request_digest, status,
+       deleted, errors, requested_by, recorded_at, completed_at, cards_deleted_at,
+       count(*) OVER () AS total
+FROM schema_change_runs
 WHERE (%(database)s::text IS NULL OR database_name = %(database)s)
   AND (%(schema)s::text IS NULL OR schema_name = %(schema)s)
 ORDER BY recorded_at DESC, run_id
@@ -825,7 +832,8 @@ INSERT INTO schema_change_runs (workspace_id, run_id, database_name, schema_name
                                 removed_columns, request_digest, requested_by)
 VALUES (%(workspace)s, %(run_id)s, %(database)s, %(schema)s, %(tables)s, %(columns)s,
         %(digest)s, %(actor)s)
-RETURNING *;
+RETURNING run_id, database_name, schema_name, removed_tables, removed_columns, request_digest, status,
+          deleted, errors, requested_by, recorded_at, completed_at, cards_deleted_at;
 
 -- name: schema_changes_runs_finish
 -- The card-deletion phase's receipt; `cards_deleted`: it deleted every matching card (no errors).
@@ -834,13 +842,15 @@ SET status = %(status)s, deleted = %(deleted)s, errors = %(errors)s,
     cards_deleted_at = CASE WHEN %(cards_deleted)s THEN coalesce(cards_deleted_at, now()) END,
     completed_at = CASE WHEN %(status)s = 'done' THEN now() END
 WHERE run_id = %(run_id)s
-RETURNING *;
+RETURNING run_id, database_name, schema_name, removed_tables, removed_columns, request_digest, status,
+          deleted, errors, requested_by, recorded_at, completed_at, cards_deleted_at;
 
 -- name: schema_changes_runs_complete
 -- A run whose cards and point deletions are all done (migration 013).
 UPDATE schema_change_runs SET status = 'done', completed_at = now()
 WHERE run_id = %(run_id)s AND status = 'cleanup_pending' AND cards_deleted_at IS NOT NULL
-RETURNING *;
+RETURNING run_id, database_name, schema_name, removed_tables, removed_columns, request_digest, status,
+          deleted, errors, requested_by, recorded_at, completed_at, cards_deleted_at;
 
 -- name: schema_changes_open_point_deletions
 -- The cards among `ids` whose point deletion is not done yet (pending, running or failed).
