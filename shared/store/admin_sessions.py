@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from shared.store.bootstrap import _as_migrator, _connect
+from shared.store.bootstrap import migrator_transaction
 from shared.store.database import Q
 
 
@@ -60,8 +60,7 @@ def insert_link(migrator_url: str, schema: str, workspace: str, token_id: uuid.U
                 digest: bytes, expires_at: datetime) -> dict[str, Any]:
     """Bootstrap (migrator login): record a one-time sign-in link for ``token_id`` whose code has
     the digest ``digest``; returns ``{created_at, expires_at}``."""
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         return conn.execute(Q.admin_sessions_insert_link, {
             "digest": digest, "workspace": workspace, "token_id": token_id,
             "expires_at": expires_at}).fetchone()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -27,13 +29,19 @@ from shared.store.database import MIGRATOR_ROLE, Q, bootstrap_errors
 WORKSPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
-def _connect(migrator_url: str, schema: str) -> psycopg.Connection:
-    return psycopg.connect(migrator_url, row_factory=dict_row,
-                           options=f"-c search_path={schema}")
+@contextmanager
+def migrator_transaction(migrator_url: str, schema: str) -> Iterator[psycopg.Connection]:
+    """A transaction on a new connection with the migrator login, as the migrator role
+    (``SET LOCAL ROLE``), with ``search_path`` set to ``schema``; rows are dicts. Committed when
+    the block ends normally, rolled back on an exception; the connection is closed either way.
 
-
-def _as_migrator(conn: psycopg.Connection) -> None:
-    conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(MIGRATOR_ROLE)))
+    :raises psycopg.OperationalError: PostgreSQL cannot be reached (callers wrap this in
+        :func:`~shared.store.database.bootstrap_errors`).
+    """
+    with psycopg.connect(migrator_url, row_factory=dict_row,
+                         options=f"-c search_path={schema}") as conn, conn.transaction():
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(MIGRATOR_ROLE)))
+        yield conn
 
 
 @bootstrap_errors
@@ -51,8 +59,7 @@ def create_workspace(migrator_url: str, schema: str, workspace: str, language: s
     if language not in LANGUAGES:
         raise InvalidInput(f"language must be {' or '.join(map(repr, LANGUAGES))}",
                            field="language")
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         removal = conn.execute(Q.bootstrap_removals_pending, {"workspace": workspace}).fetchone()
         if removal is not None:
             raise Conflict(f"workspace {workspace!r} was removed at {removal['removed_at']} and "
@@ -88,8 +95,7 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
     if db_schema and not database:
         raise InvalidInput("a schema binding needs a database binding", field="schema")
     token, token_id = new_token(), uuid.uuid4()
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         if conn.execute(Q.bootstrap_workspaces_get, {"workspace": workspace}).fetchone() is None:
             raise NotFound(f"no workspace {workspace!r}")
         conn.execute(Q.bootstrap_tokens_insert, {
@@ -113,8 +119,7 @@ def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any
         tid = uuid.UUID(token_id)
     except ValueError:
         raise NotFound(f"no token {token_id!r}") from None
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         row = conn.execute(Q.bootstrap_tokens_revoke, {"id": tid}).fetchone()
     if row is None:
         raise NotFound(f"no active token {token_id!r}")
@@ -125,8 +130,7 @@ def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any
 def revoke_labelled_tokens(migrator_url: str, schema: str, workspace: str, label: str) -> int:
     """Revoke every active token of ``workspace`` labelled ``label`` (e.g. the tokens an earlier
     ``memarc up --demo`` printed) and return how many were revoked."""
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         return len(conn.execute(Q.bootstrap_tokens_revoke_labelled,
                                 {"workspace": workspace, "label": label}).fetchall())
 
@@ -149,8 +153,7 @@ def delete_workspace(migrator_url: str, schema: str, workspace: str, removed_by:
     :raises NotFound: no such workspace. :raises LockTimeout: the workspace's lock was not
         granted within ``lock_timeout`` seconds.
     """
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         try:
             conn.execute(Q.bootstrap_workspaces_lock, {
                 "workspace": workspace, "lock_timeout": f"{int(lock_timeout * 1000)}ms"})
@@ -188,8 +191,7 @@ def removal(migrator_url: str, schema: str, removal_id: int) -> dict[str, Any]:
 
     :raises NotFound: no such removal.
     """
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         row = conn.execute(Q.bootstrap_removals_get, {"id": removal_id}).fetchone()
     if row is None:
         raise NotFound(f"no workspace removal {removal_id}")
