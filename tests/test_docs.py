@@ -57,6 +57,13 @@ def test_the_manual_builds_with_warnings_as_errors(tmp_path):
         assert (tmp_path / "site" / page / "index.html").exists(), page
 
 
+def test_the_readmes_links_into_the_manual_exist():
+    """The README is outside the site (mkdocs does not check it): its links into ``docs/``."""
+    links = re.findall(r"\]\((docs/[^)#]+)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert len(links) >= 11
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+
+
 # ---- settings ----
 
 def runtime_variables() -> set[str]:
