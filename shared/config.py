@@ -2,8 +2,9 @@
 
 Each setting is one row of :data:`SETTINGS`: its environment variable, the :class:`Settings` field
 it fills, how its text is read, its default and what it means, each written once there;
-:func:`load_settings` reads the environment through that table. README's "Settings" section is
-the operators' copy (``tests/unit/test_settings.py`` checks that every row is documented in both).
+:func:`load_settings` reads the environment through that table. The manual's settings chapter
+(``docs/settings.md``) is the operators' copy (``tests/test_docs.py`` checks that it names every
+row).
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ def test_each_metrics_object_has_a_registry_of_its_own():
 def test_created_series_are_written_unless_disabled_as_the_readme_says():
     """prometheus-client writes a ``_created`` gauge next to each counter and histogram series;
     ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` (read when prometheus-client is imported, hence a
-    child process) leaves them out (README, "Metrics")."""
+    child process) leaves them out (docs/operations.md, "Metrics")."""
     import os
     import subprocess
     import sys

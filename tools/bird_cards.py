@@ -1,7 +1,7 @@
 """The BIRD converter: the public text-to-SQL datasets into a cards file, deterministically.
 
 Input: the folder ``shared/datasets`` (see its README.md). Output: one card dict per line, in the
-import shape of the memory archive (DESIGN.md section 2): ``key``, ``family``, ``title``, ``scope``,
+import shape of the memory archive (DESIGN §2): ``key``, ``family``, ``title``, ``scope``,
 ``concepts``, ``dependencies``, ``content``, ``links`` and ``source``.
 
 What is mapped

@@ -58,7 +58,7 @@ class RequestMetrics(ASGIMiddleware):
 async def metrics(state: State, request: Request) -> Response[bytes]:
     """The process's metrics in the Prometheus text format (0.0.4): requests by route template
     and status, recall stage latencies, the index engine and projection format, and the
-    projection queue read from PostgreSQL at this scrape in one statement (see README,
+    projection queue read from PostgreSQL at this scrape in one statement (see docs/operations.md,
     "Metrics"). Open unless ``MEMARC_METRICS_TOKEN_FILE`` is set; then it requires
     ``Authorization: Bearer <that token>`` (401 otherwise) and the queue figures are per
     workspace; open, they are totals and name no workspace. PostgreSQL down: still 200, with

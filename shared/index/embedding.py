@@ -45,7 +45,7 @@ DOCUMENT_ARENA = False
 #: cannot reach fastembed's model hub)
 OFFLINE_HINT = (" (no local model folder is configured: on a machine without access to the model "
                 "hub, set MEMARC_DENSE_MODEL_PATH and MEMARC_BM25_MODEL_PATH to the model folders, "
-                "as `make demo` does with ../shared/models; see the README's Settings)")
+                "as `make demo` does with ../shared/models; see docs/settings.md)")
 
 
 class Embedder:

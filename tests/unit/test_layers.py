@@ -1,6 +1,6 @@
-"""The layers of the code import only what README's map allows ("Layout"): each folder of
-``shared/`` is a layer, the writer and the explorer are adapters over ``shared``, and nothing in
-production imports the dataset tools at import time.
+"""The layers of the code import only what the manual's map allows (docs/development.md,
+"Layout"): each folder of ``shared/`` is a layer, the writer and the explorer are adapters over
+``shared``, and nothing in production imports the dataset tools at import time.
 
 The rules are read from the imports themselves (``ast``), including imports inside functions, so a
 new module that breaks the layering fails here with the offending import named.

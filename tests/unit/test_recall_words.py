@@ -1,5 +1,5 @@
-"""Words that match the code (issue 26): what the OpenAPI document and the README say about
-recall's fusion is what :mod:`shared.recall.profiles` runs."""
+"""Words that match the code (issue 26): what the OpenAPI document, the README and the manual
+(``docs/``) say about recall's fusion is what :mod:`shared.recall.profiles` runs."""
 
 from __future__ import annotations
 
@@ -58,13 +58,22 @@ def test_no_openapi_text_names_a_fusion_recall_does_not_run():
                 (method, pattern)
 
 
-def test_the_readme_names_an_unused_fusion_only_as_what_fusion_py_offers():
-    """A README line naming a method no mode runs must be the one describing the module that
-    implements both (the layout table's ``fusion.py``); and the README names the one in use."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for line in readme.splitlines():
+def manual_paragraphs() -> list[tuple[str, str]]:
+    """``(file, paragraph)`` of the README and of every chapter of the manual (``docs/``), each
+    paragraph flattened (blank lines separate paragraphs)."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [(path.name, flat(part)) for path in files
+            for part in re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))]
+
+
+def test_the_manual_names_an_unused_fusion_only_as_what_fusion_py_offers():
+    """A paragraph of the README or the manual naming a method no mode runs must say that
+    ``fusion.py`` offers it (the layout's ``fusion.py``, the design's history of §5.1); and the
+    manual names the one in use, mode by mode, as run."""
+    paragraphs = manual_paragraphs()
+    for name, paragraph in paragraphs:
         for method in unused_methods():
             for pattern in METHOD_NAMES[method][:2]:
-                if re.search(pattern, line, flags=re.I if " " in pattern else 0):
-                    assert "`fusion.py`" in line, line
-    assert describe_profiles() in flat(readme)  # each mode's method and weights, as run
+                if re.search(pattern, paragraph, flags=re.I if " " in pattern else 0):
+                    assert "fusion.py`" in paragraph, (name, paragraph)
+    assert any(describe_profiles() in paragraph for _, paragraph in paragraphs)

@@ -1,6 +1,8 @@
 """Settings from the environment (:func:`shared.config.load_settings`): every default, how each
-variable is read, and the refusal of a bad value; and that every setting is documented (a row
-of :data:`shared.config.SETTINGS` with a description, and README's "Settings" section).
+variable is read, and the refusal of a bad value; and that every setting is a row
+of :data:`shared.config.SETTINGS` with a description (``tests/test_docs.py`` checks that the
+manual's settings chapter, ``docs/settings.md``, names each of them and every variable the code
+reads).
 
 Pure: an ``env`` dictionary and files in the test's temporary folder.
 """
@@ -15,7 +17,6 @@ import pytest
 
 from shared.config import SETTINGS, Settings, load_settings
 
-ROOT = Path(__file__).resolve().parents[2]
 
 #: every field of an empty environment, as ``load_settings({})`` resolves it
 DEFAULTS = {
@@ -175,14 +176,6 @@ def test_the_process_environment_is_read_by_default(monkeypatch: pytest.MonkeyPa
 
 # ---- every setting is documented ----
 
-def _readme_settings() -> str:
-    """README's "Settings" section."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    match = re.search(r"^## Settings\b.*?(?=^## )", readme, flags=re.M | re.S)
-    assert match, "README.md has a '## Settings' section"
-    return match.group(0)
-
-
 def test_every_setting_is_a_row_with_a_description():
     variables = [row.variable for row in SETTINGS]
     assert len(variables) == len(set(variables))
@@ -191,20 +184,3 @@ def test_every_setting_is_a_row_with_a_description():
     fields = [row.field for row in SETTINGS if row.field is not None]
     assert len(fields) == len(set(fields))
     assert sorted(fields) == sorted(Settings.__struct_fields__)
-
-
-def test_every_setting_is_in_the_readme():
-    documented = set(re.findall(r"MEMARC_[A-Z0-9_]+", _readme_settings()))
-    assert [row.variable for row in SETTINGS if row.variable not in documented] == []
-
-
-def test_every_variable_the_code_reads_is_in_the_readme():
-    """Also the variables of the command line (``MEMARC_URL``, ``MEMARC_TOKEN``, ...), which are
-    not settings of a process: a name ending in ``_`` is the start of a longer one."""
-    read = {name for package in ("shared", "writer", "explorer_plugin", "tools")
-            for path in (ROOT / package).rglob("*.py")
-            for name in re.findall(r"MEMARC_[A-Z0-9_]+", path.read_text(encoding="utf-8"))
-            if not name.endswith("_")}
-    assert len(read) > 30
-    documented = set(re.findall(r"MEMARC_[A-Z0-9_]+", _readme_settings()))
-    assert sorted(read - documented) == []

@@ -57,7 +57,7 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return dict(sub.choices)
 
 
-#: Every command with its one-line help, read from the parser (tests check each has a README
+#: Every command with its one-line help, read from the parser (tests check each has a manual
 #: entry and, for the isolation audit, a classification).
 COMMANDS: dict[str, str] = {name: sp.description or ""
                             for name, sp in subcommands(build_parser()).items()}

@@ -22,7 +22,7 @@ from typing import Any
 
 from writer.cli.command import CliError
 
-#: The keys of a runtime file, with what each holds (the README's CLI section lists them).
+#: The keys of a runtime file, with what each holds (docs/cli.md lists them).
 RUNTIME_KEYS: dict[str, str] = {
     "url": "the writer's URL, http(s)://host[:port] (else MEMARC_URL)",
     "token": "an API token of the workspace (else MEMARC_TOKEN)",
