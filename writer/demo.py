@@ -65,14 +65,16 @@ FIRST_QUESTION = ("count men clients residing in North Bohemia where the average
                   "above 8000")
 
 
-def ready_block(info: dict[str, Any], admin_sign_in: str, explorer_sign_in: str) -> str:
+def ready_block(info: dict[str, Any], admin_sign_in: str, explorer_sign_in: str,
+                new_links: dict[str, str]) -> str:
     """The block ``memarc up --demo`` prints once the demo's cards are indexed (issue 26): where
     everything is, the tokens again, a fresh one-time administration sign-in link, and lines to
     copy: the environment of the CLI (``MEMARC_URL``, ``MEMARC_TOKEN`` and the ``memarc``
     command's folder on ``PATH``), a first recall by the CLI and by curl. ``info``: what
     ``memarc up`` printed at start (``writer``, ``explorer``, ``admin``, ``workspace``,
     ``token``, ``manage_token``, ``review_token``); ``admin_sign_in`` and ``explorer_sign_in``:
-    fresh one-time links (those printed at start may be used up by now)."""
+    fresh one-time links (those printed at start may be used up by now); ``new_links``: the
+    commands that print new ones (:func:`writer.serving.new_link_commands`)."""
     bin_dir = Path(sys.executable).parent
     writer, ws, token = info["writer"], info["workspace"], info["token"]
     body = json.dumps({"query": FIRST_QUESTION, "mode": "solved", "top": 3})
@@ -82,11 +84,14 @@ def ready_block(info: dict[str, Any], admin_sign_in: str, explorer_sign_in: str)
         f"  writer (HTTP API)  {writer}    API reference: {writer}/schema",
         f"  explorer           {info['explorer']}",
         f"    sign in          {explorer_sign_in}",
-        "                     (one-time, 15 minutes; another: memarc explorer-sign-in-link)",
+        "                     (one-time, 15 minutes; another: the command below)",
         f"  administration     {info['admin']}",
         f"    sign in          {admin_sign_in}",
-        f"                     (one-time, 15 minutes; another: memarc sign-in-link --workspace {ws})",
+        "                     (one-time, 15 minutes; another: the command below)",
         f"  MCP                {writer}/mcp  (Authorization: Bearer <token>)",
+        "New one-time sign-in links while this runs (no restart, no token revoked):",
+        f"  {new_links['explorer']}",
+        f"  {new_links['admin']}",
         "Tokens of workspace " + repr(ws) + " (printed again at every start, which replaces them):",
         f"  assistant, memory.read + memory.propose   {token}",
         f"  administrator, memory.manage              {info['manage_token']}",

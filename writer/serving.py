@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -169,8 +170,10 @@ async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
 def run_up(host: str = "127.0.0.1", port: int = 8000, explorer_port: int = 8001,
            demo_workspace: str | None = None, cards_path: Path | None = None) -> None:
     """``memarc up``: embedded services, migrate, serve writer + worker + explorer in one process,
-    print URLs, a demo token and the explorer sign-in link; with ``demo_workspace``, import the
-    cards file into it (if empty) and report projection progress.
+    print URLs and the explorer sign-in link; with ``demo_workspace``, also its three tokens
+    (replaced at every start), import the cards of the cards file it lacks (by key), report
+    projection progress and print the ready block (:func:`writer.demo.ready_block`). One
+    SIGINT/SIGTERM stops it at any point, also while the import waits for the projection.
 
     :raises UsageError: another ``memarc up`` holds the data dir, or a port is taken (nothing
         started).
@@ -179,15 +182,18 @@ def run_up(host: str = "127.0.0.1", port: int = 8000, explorer_port: int = 8001,
     with _data_dir_lock(Path(settings.data_dir)):
         _check_ports(host, [port, explorer_port])
         embedded = EmbeddedServices(Path(settings.data_dir))
+        embedded_database = not settings.database_url
         settings = embedded.apply(settings)
         try:
-            asyncio.run(_up(settings, host, port, explorer_port, demo_workspace, cards_path))
+            asyncio.run(_up(settings, host, port, explorer_port, demo_workspace, cards_path,
+                            embedded_database))
         finally:
             embedded.stop()
 
 
 async def _up(settings: Settings, host: str, port: int, explorer_port: int,
-              demo_workspace: str | None, cards_path: Path | None) -> None:
+              demo_workspace: str | None, cards_path: Path | None,
+              embedded_database: bool = False) -> None:
     from writer.app import create_app
 
     import msgspec
@@ -233,8 +239,9 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         ds = explorer_app(settings, resources, {}, secret=secret)
         explorer_base = f"http://{host}:{explorer_port}"
         info["explorer_sign_in"] = f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}"
-        info["new_sign_in_links"] = new_link_commands(explorer_base, f"http://{host}:{port}",
-                                                      demo_workspace)
+        info["new_sign_in_links"] = new_link_commands(
+            explorer_base, f"http://{host}:{port}", demo_workspace,
+            settings.migrator_database_url if embedded_database else None)
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)
         worker = build_worker(resources)
@@ -244,25 +251,41 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             principal = Principal(workspace=demo_workspace,
                                   permissions=frozenset({"memory.manage"}), actor="memarc-up")
             writer_url = f"http://{host}:{port}"
-            await load_demo_cards(
+            loader = asyncio.create_task(load_demo_cards(
                 resources.archive(), principal, demo_workspace, cards_path or bundled_cards(),
                 out, ready=lambda: ready_block(
                     info, admin_sign_in_link(settings, demo_workspace, writer_url),
-                    f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}"))
+                    f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}",
+                    info["new_sign_in_links"])))
+            # A signal (or a server's end) stops the servers and the worker: the import's wait
+            # for the projection would then never end, so it is cancelled with them.
+            await asyncio.wait([serve, loader], return_when=asyncio.FIRST_COMPLETED)
+            if not loader.done():
+                loader.cancel()
+                await asyncio.gather(loader, return_exceptions=True)
+            elif loader.exception() is not None:
+                serve.cancel()
+                await asyncio.gather(serve, return_exceptions=True)
+                raise loader.exception()  # type: ignore[misc]
         await serve
     finally:
         await resources.close()
 
 
-def new_link_commands(explorer_base: str, writer_base: str,
-                      workspace: str | None) -> dict[str, str]:
+def new_link_commands(explorer_base: str, writer_base: str, workspace: str | None,
+                      embedded_database_url: str | None = None) -> dict[str, str]:
     """The commands that print new one-time sign-in links while ``memarc up`` runs (no restart,
     no token revoked): ``{explorer, admin}`` (``admin`` names the demo workspace, else a
-    placeholder), with the path of this ``memarc``."""
+    placeholder), with the path of this ``memarc``. The administration's link is written with
+    the migrator login: with ``embedded_database_url`` (the embedded PostgreSQL of ``memarc
+    up``, which no environment variable names) the command sets
+    ``MEMARC_MIGRATOR_DATABASE_URL`` to it, so it runs as printed in any shell."""
     memarc = Path(sys.executable).parent / "memarc"
     exe = str(memarc) if memarc.exists() else "memarc"
+    env = (f"MEMARC_MIGRATOR_DATABASE_URL={shlex.quote(embedded_database_url)} "
+           if embedded_database_url else "")
     return {"explorer": f"{exe} explorer-sign-in-link --url {explorer_base}",
-            "admin": f"{exe} sign-in-link --workspace {workspace or 'WORKSPACE'} "
+            "admin": f"{env}{exe} sign-in-link --workspace {workspace or 'WORKSPACE'} "
                      f"--url {writer_base}"}
 
 
