@@ -1,7 +1,13 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   - venv, install, `memarc up --demo` (embedded PostgreSQL/Redis/index, BIRD cards);
+#   make demo   - venv, the runtime only (`pip install -e .`), `memarc up --demo` (embedded
+#                 PostgreSQL/Redis/index, BIRD cards);
 #                 UP_ARGS="--port 8100 --explorer-port 8101" picks other ports
-#   make test   - venv, install, pytest (real PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
+#   make test   - venv, the runtime and the test extra (`pip install -e ".[test]"`), pytest (real
+#                 PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
+# `make install` is the developer's set-up (runtime and test extra, as `make test` needs);
+# `make install-runtime` the runtime alone (as `make demo` needs). Each install has its stamp in
+# the venv, and the test install stamps the runtime one too, so `make demo` and `make test` in
+# either order install each part once (again only after pyproject.toml changes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -15,15 +21,26 @@ endif
 
 .PHONY: install demo test fuzz bench clean
 
-install: $(VENV)/.installed
+.PHONY: install-runtime
 
-$(VENV)/.installed: pyproject.toml
+install: $(VENV)/.installed-test
+
+install-runtime: $(VENV)/.installed-runtime
+
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
-demo: install
+# the test extra includes the runtime: its install brings the runtime stamp up to date too
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-runtime
+
+demo: install-runtime
 	$(BIN)/memarc up --demo $(UP_ARGS)
 
 test: install
@@ -33,7 +50,7 @@ test: install
 fuzz: install
 	$(BIN)/python -m pytest -m fuzz_long -s tests/test_fuzz.py $(PYTEST_ARGS)
 
-bench: install
+bench: install-runtime
 	$(BIN)/python bench/recall_quality.py
 
 clean:
