@@ -1,8 +1,14 @@
 # Two commands do all set-up on a fresh machine:
-#   make demo   - venv, install, `memarc up --demo` (embedded PostgreSQL/Redis/index, BIRD cards);
+#   make demo   - venv, the runtime only (`pip install -e .`), `memarc up --demo` (embedded
+#                 PostgreSQL/Redis/index, BIRD cards);
 #                 UP_ARGS="--port 8100 --explorer-port 8101" picks other ports
-#   make test   - venv, install, pytest (real PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
+#   make test   - venv, the runtime and the test extra (`pip install -e ".[test]"`), pytest (real
+#                 PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
 #   make docs   - the manual (docs/) built into site/ with mkdocs --strict
+# `make install` is the developer's set-up (runtime and test extra, as `make test` needs);
+# `make install-runtime` the runtime alone (as `make demo` needs). Each install has its stamp in
+# the venv, and the test install stamps the runtime one too, so `make demo` and `make test` in
+# either order install each part once (again only after pyproject.toml changes).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -14,28 +20,37 @@ export MEMARC_DENSE_MODEL_PATH ?= $(SHARED_MODELS)/all-MiniLM-L6-v2-onnx
 export MEMARC_BM25_MODEL_PATH ?= $(SHARED_MODELS)/bm25
 endif
 
-.PHONY: install demo test docs fuzz bench clean
+.PHONY: install install-runtime demo test docs fuzz bench clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed-test
 
-$(VENV)/.installed: pyproject.toml
+install-runtime: $(VENV)/.installed-runtime
+
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
+
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
-demo: install
+# the test extra includes the runtime and the docs extra: its install brings their stamps up to
+# date too
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-runtime $(VENV)/.installed-docs
+
+demo: install-runtime
 	$(BIN)/memarc up --demo $(UP_ARGS)
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The manual (docs/) as a site in site/, warnings as errors (a broken link or anchor fails).
-docs: $(VENV)/.docs-installed
+docs: $(VENV)/.installed-docs
 	$(BIN)/mkdocs build --strict --site-dir site
 
-$(VENV)/.docs-installed: pyproject.toml
-	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[docs]"
 	touch $@
 
@@ -43,7 +58,7 @@ $(VENV)/.docs-installed: pyproject.toml
 fuzz: install
 	$(BIN)/python -m pytest -m fuzz_long -s tests/test_fuzz.py $(PYTEST_ARGS)
 
-bench: install
+bench: install-runtime
 	$(BIN)/python bench/recall_quality.py
 
 clean:

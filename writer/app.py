@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar, asgi
 from litestar.datastructures import State
-from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ControllerRouterHandler, Receive, Scope, Send
 
@@ -22,6 +21,7 @@ from shared import models
 from shared.archive.authentication import FailedAuthLog
 from shared.config import Settings
 from shared.resources import Resources
+from writer import api_page
 from writer.mcp_server import McpHttpEndpoint
 from writer.metrics import RequestMetrics, metrics
 from writer.problems import EXCEPTION_HANDLERS, record_boundary_rejection
@@ -31,8 +31,9 @@ from writer.routes.health import healthz, readyz
 
 def routes(mcp_endpoint: McpHttpEndpoint) -> list[ControllerRouterHandler]:
     """What the app serves: the workspace routes (one router: token guard, security and
-    dependencies), the open health and metrics routes, and the MCP endpoint. The administration
-    pages (:mod:`writer.routes.admin`, DESIGN §12) join this list as a router of their own."""
+    dependencies), the open health and metrics routes, the MCP endpoint, and the files of the
+    API page at ``/schema`` (:mod:`writer.api_page`). The administration pages
+    (:mod:`writer.routes.admin`, DESIGN §12) join this list as a router of their own."""
 
     @asgi("/mcp", copy_scope=True)
     async def mcp(scope: Scope, receive: Receive, send: Send) -> None:
@@ -41,7 +42,7 @@ def routes(mcp_endpoint: McpHttpEndpoint) -> list[ControllerRouterHandler]:
         for the bearer token's workspace."""
         await mcp_endpoint(scope, receive, send)
 
-    return [workspace_router(), healthz, readyz, metrics, mcp]
+    return [workspace_router(), healthz, readyz, metrics, mcp, api_page.assets_router()]
 
 
 def create_app(settings: Settings, resources: Resources | None = None) -> Litestar:
@@ -78,13 +79,10 @@ def create_app(settings: Settings, resources: Resources | None = None) -> Litest
         middleware=[RequestMetrics()],
         state=state,
         exception_handlers=EXCEPTION_HANDLERS,
-        openapi_config=OpenAPIConfig(
-            title="Memory archive writer", version="0.1.0", path="/schema",
-            use_handler_docstrings=True,  # the handlers' docstrings are the operations' descriptions
-            components=Components(security_schemes={
+        openapi_config=api_page.openapi_config(
+            "Memory archive writer", "0.1.0", Components(security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer",
-                                         description="API token from `memarc token create`")}),
-        ),
+                                         description="API token from `memarc token create`")})),
         request_max_body_size=models.MAX_BODY_BYTES,
         after_exception=[record_boundary_rejection],
         plugins=[AdminPlugin(settings)],
