@@ -54,7 +54,7 @@ def test_the_manual_builds_with_warnings_as_errors(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "index.html").exists()
     for page in ("design", "settings", "cli", "http-api"):
-        assert (tmp_path / "site" / page / "index.html").exists(), page
+        assert (tmp_path / "site" / f"{page}.html").exists(), page  # use_directory_urls: false
 
 
 def test_the_readmes_links_into_the_manual_exist():

@@ -91,8 +91,11 @@ class BrowserSessions:
         async with self.db.transaction(None) as conn:
             row = await admin_sessions.redeem_link(conn, token_digest(code))
         if row is None:
-            raise _signed_out("this sign-in link was used already, has expired or is unknown: "
-                              "ask for a new one (memarc sign-in-link)", "link")
+            raise _signed_out("this sign-in link was used already, has expired or is unknown. "
+                              "Sign in below with an API token of the workspace (memarc up "
+                              "--demo prints an administrator token), or print a new link: "
+                              "memarc up prints the command (memarc sign-in-link --workspace W, "
+                              "with the database URL of the migrator login)", "link")
         now = datetime.now(timezone.utc)
         if row["revoked_at"] is not None or (row["expires_at"] and row["expires_at"] <= now):
             raise _signed_out("the token of this sign-in link was revoked or has expired",
