@@ -212,7 +212,7 @@ async def test_the_family_filter_repeats_and_facets_count_the_other_values(make_
         ds, _, _ = await _list_of_29(env, explorer)
         r = await get(ds, "/-/memory/acme?family=sql_rule")
         assert "25 cards" in r.text and rows(r.text) == 20
-        assert '<option value="sql_rule" selected>' in r.text
+        assert '<input type="checkbox" id="memarc-family-sql_rule" name="family" value="sql_rule" checked>' in r.text
         assert ('<a href="/-/memory/acme?family=sql_rule&amp;family=domain_clarification">'
                 'domain_clarification</a> 3') in r.text
         assert 'sql_rule &middot; 25 <a href="/-/memory/acme" class="cross">' in r.text
@@ -586,10 +586,10 @@ async def test_the_recall_page_shows_score_path_ranks_and_exclusions(make_env, e
         assert '<td class="col-score type-float">0.016393</td>' in r.text  # 1/61
         assert '<td class="col-path memarc-path">direct</td>' in r.text
         assert '<strong class="memarc-excluded">0</strong>' in r.text
-        assert '<td class="col-seed_rank type-int">1</td>' in r.text
+        assert '<span class="memarc-rank col-seed_rank" title="seed_rank">seed 1</span>' in r.text
         # rules mode ranks the rule by its own text: those columns are filled
-        assert '<td class="col-own_rank type-int">1</td>' in r.text
-        assert '<td class="col-own_bm25_rank type-int">1</td>' in r.text
+        assert '<span class="memarc-rank col-own_rank" title="own_rank">own 1</span>' in r.text
+        assert '<span class="memarc-rank col-own_bm25_rank" title="own_bm25_rank">own bm25 1</span>' in r.text
         assert "memarc-truncated" not in r.text
 
 

@@ -15,6 +15,7 @@ import re
 import shutil
 from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from helpers import skip_or_fail, start_server, stop_server
@@ -116,12 +117,21 @@ async def test_filter_list_open_card_in_headless_chromium(make_env, chromium):
         async with explorer_page(env, chromium, 1280, 1000) as (page, base):
             await page.goto(f"{base}/-/memory/acme")
             assert "3 cards" in await page.inner_text("h3")
-            # two filters through the form: a family and a database
-            await page.select_option("#memarc-family", ["sql_rule"])
+            # the dependency filters are folded under "More filters" while none is set
+            more = page.locator("details.memarc-more")
+            assert await more.get_attribute("open") is None
+            assert not await page.is_visible("#memarc-database")
+            # two filters through the form: a family (a checkbox) and a database (under "More")
+            await page.check("#memarc-family-sql_rule")
+            await page.click("details.memarc-more > summary")
             await page.fill("#memarc-database", "db1")
             await page.click("input[type=submit][value=Apply]")
             await page.wait_for_load_state()
             assert "family=sql_rule" in page.url and "database=db1" in page.url
+            # a filtered state stays in sight: the folded filters open, the box checked
+            assert await more.get_attribute("open") is not None
+            assert await page.input_value("#memarc-database") == "db1"
+            assert await page.is_checked("#memarc-family-sql_rule")
             heading = await page.inner_text("h3")
             assert heading.startswith("1 card where"), heading
             titles = await page.locator("table.rows-and-columns td.col-title a").all_inner_texts()
@@ -200,7 +210,7 @@ async def test_card_list_readable_at_every_width(make_env, chromium, width, heig
         ids = await create_cards(env, READABLE_CARDS)
         async with explorer_page(env, chromium, width, height) as (page, base):
             await page.goto(f"{base}/-/memory/acme")
-            await page.screenshot(path=str(OUT / f"explorer-{size}-card-list.png"), full_page=True)
+            await page.screenshot(path=str(OUT / f"explorer-{size}-card-list-long.png"), full_page=True)
             _assert_titles_fit(await page.evaluate(TITLE_WIDTHS_JS), size)
             sideways = await page.evaluate(SIDEWAYS_JS)
             assert sideways["table"] <= sideways["wrapper"] + 1, f"{sideways}"
@@ -208,7 +218,8 @@ async def test_card_list_readable_at_every_width(make_env, chromium, width, heig
             first_row = await page.locator("table.rows-and-columns tbody tr").first.bounding_box()
             assert first_row["y"] < height, first_row
             await _assert_short_dependencies_and_id(page, READABLE_CARDS[1], ids)
-    assert (OUT / f"explorer-{size}-card-list.png").stat().st_size > 10_000
+            await _assert_family_on_one_line(page, len(READABLE_CARDS))
+    assert (OUT / f"explorer-{size}-card-list-long.png").stat().st_size > 10_000
 
 
 async def _assert_short_dependencies_and_id(page, card: dict, ids: dict[str, str]) -> None:
@@ -226,3 +237,157 @@ async def _assert_short_dependencies_and_id(page, card: dict, ids: dict[str, str
     id_link = row.locator("td.col-id a")
     assert await id_link.inner_text() == full_id[:12] + "…"
     assert await id_link.get_attribute("title") == full_id
+
+
+#: per family cell: the family name's line boxes and its line height, px
+FAMILY_LINES_JS = """() => [...document.querySelectorAll('table.rows-and-columns td.col-family .memarc-family')]
+  .map(el => ({family: el.textContent, rects: el.getClientRects().length,
+               height: el.getBoundingClientRect().height,
+               line: parseFloat(getComputedStyle(el.closest('td')).lineHeight)}))"""
+
+
+async def _assert_family_on_one_line(page, rows: int) -> None:
+    """Every row's family name sits on one line: one line box, one line high."""
+    cells = await page.evaluate(FAMILY_LINES_JS)
+    assert len(cells) == rows, cells
+    for cell in cells:
+        assert cell["rects"] == 1 and cell["height"] <= cell["line"] + 1, cell
+
+
+def _demo_cards(n: int) -> list[dict]:
+    """The first ``n`` solved questions of the demo's cards file (what ``make demo`` imports):
+    titles of 60-150 characters, several dependencies each, in the API's create shape."""
+    import gzip
+    import json
+
+    from shared.cards_file import bundled_cards
+
+    picked = []
+    with gzip.open(bundled_cards(), "rt", encoding="utf-8") as lines:
+        for line in lines:
+            card = json.loads(line)
+            if card["family"] == "solved_question":
+                picked.append({k: card[k] for k in ("family", "title", "scope", "concepts",
+                                                     "dependencies", "content")})
+                if len(picked) == n:
+                    return picked
+    raise AssertionError(f"fewer than {n} solved questions in {bundled_cards()}")
+
+
+#: the visible card rows' boxes, and every element wider than the window (class and width)
+FIRST_SCREEN_JS = """() => ({
+  rows: [...document.querySelectorAll('table.rows-and-columns tbody tr')].map(tr => {
+    const r = tr.getBoundingClientRect(); return {top: r.top, bottom: r.bottom}; }),
+  table: document.querySelector('table.rows-and-columns').getBoundingClientRect().right,
+  wide: [...document.querySelectorAll('body *')].filter(el => el.getBoundingClientRect().right > window.innerWidth + 1)
+    .map(el => el.tagName + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right)),
+  window: window.innerWidth})"""
+
+#: card rows wholly on the first screen, at least, per window size (1280x800: the trial found 1.8)
+FIRST_SCREEN_ROWS = {(1280, 800): 4, (1920, 1080): 8}
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_card_list_first_screen_shows_cards(make_env, chromium, width, height):
+    """The card list as it opens, with the demo's own solved questions: the filter bar is compact
+    enough that at 1280×800 four whole card rows (eight at 1920×1080) sit on the first screen,
+    below every filter (search, family, origin, and the folded "More filters"); no family name
+    wraps; nothing is wider than the window."""
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    cards = _demo_cards(12)
+    async with make_env() as env:
+        await create_cards(env, cards)
+        async with explorer_page(env, chromium, width, height) as (page, base):
+            await page.goto(f"{base}/-/memory/acme")
+            await page.screenshot(path=str(OUT / f"explorer-{size}-card-list.png"))
+            for control in ("#memarc-q", "#memarc-family-solved_question", "#memarc-origin-manual",
+                            "details.memarc-more > summary", "input[type=submit][value=Apply]"):
+                box = await page.locator(control).bounding_box()
+                assert box is not None and box["y"] + box["height"] <= height, (control, box)
+            screen = await page.evaluate(FIRST_SCREEN_JS)
+            whole = [r for r in screen["rows"] if r["bottom"] <= height]
+            assert len(whole) >= FIRST_SCREEN_ROWS[(width, height)], (size, screen["rows"][:6])
+            assert screen["wide"] == [] and screen["table"] <= width, screen
+            await _assert_family_on_one_line(page, len(cards))
+    assert (OUT / f"explorer-{size}-card-list.png").stat().st_size > 10_000
+
+
+#: the card page's first screen: where the content heading, the first content field and the
+#: details grid sit (px from the top), and how many details share a row
+CARD_SCREEN_JS = """() => {
+  const top = sel => { const el = document.querySelector(sel); return el ? el.getBoundingClientRect().top : null; };
+  const bottom = sel => { const el = document.querySelector(sel); return el ? el.getBoundingClientRect().bottom : null; };
+  const pairs = [...document.querySelectorAll('dl.memarc-meta > div')].map(d => d.getBoundingClientRect().top);
+  const content = [...document.querySelectorAll('h2')].find(h => h.textContent.trim() === 'Content');
+  return {content: content ? content.getBoundingClientRect().top : null,
+          first_field: bottom('dl.memarc-content dd'), meta: top('dl.memarc-meta'),
+          pairs: pairs.length, rows: new Set(pairs.map(Math.round)).size,
+          page: document.documentElement.scrollWidth, window: window.innerWidth};
+}"""
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_card_page_shows_its_content_first(make_env, chromium, width, height):
+    """A demo solved question's page: the content (its question and SQL) comes right after the
+    title and the action links, its first field wholly on the first screen; the details follow as
+    a grid of label-value pairs, several to a row (nine pairs in at most five rows)."""
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    card = _demo_cards(1)[0]
+    async with make_env() as env:
+        ids = await create_cards(env, [card])
+        async with explorer_page(env, chromium, width, height) as (page, base):
+            await page.goto(f"{base}/-/memory/acme/{ids[card['title']]}")
+            await page.screenshot(path=str(OUT / f"explorer-{size}-card.png"))
+            screen = await page.evaluate(CARD_SCREEN_JS)
+            assert screen["content"] is not None and screen["meta"] is not None, screen
+            assert screen["content"] < screen["meta"], screen  # content before the details
+            assert screen["first_field"] <= height, screen
+            assert screen["pairs"] == 9 and screen["rows"] <= 5, screen
+            assert screen["page"] <= screen["window"], screen
+            first = next(iter(card["content"].values()))
+            assert first[:40] in await page.locator("dl.memarc-content dd").first.inner_text()
+    assert (OUT / f"explorer-{size}-card.png").stat().st_size > 10_000
+
+
+#: the recall results table's right edge, the window's width, and every element wider than it
+RECALL_SCREEN_JS = """() => ({
+  table: document.querySelector('table.memarc-results').getBoundingClientRect().right,
+  window: window.innerWidth, page: document.documentElement.scrollWidth,
+  wide: [...document.querySelectorAll('body *')].filter(el => el.getBoundingClientRect().right > window.innerWidth + 1)
+    .map(el => el.tagName + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right)),
+  ranks: [...document.querySelectorAll('td.col-ranks')].map(td => td.innerText)})"""
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_recall_results_fit_the_window(make_env, chromium, width, height):
+    """Recall (mode ``solved``) over twelve demo solved questions at 1280×800 and 1920×1080: the results table ends inside the
+    window and nothing is wider than it; every retrieval rank shows, as "dense 3 · bm25 1" in one
+    cell, each equal to the API's figure for that card."""
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    query = "average monthly consumption of customers in 2013"
+    async with make_env() as env:
+        ids = await create_cards(env, _demo_cards(12))
+        await env.drain()
+        api = await env.client.post(f"{BASE}/search", json={"query": query, "top": 10, "mode": "solved"},
+                                    headers=env.token("acme"))
+        assert api.status_code == 200, api.text
+        expected = [" · ".join(f"{label} {r['retrieval'][name]}" for name, label in RANK_LABELS
+                               if r["retrieval"].get(name) is not None) for r in api.json()["results"]]
+        assert len(expected) >= 5 and all(expected), api.json()
+        async with explorer_page(env, chromium, width, height) as (page, base):
+            await page.goto(f"{base}/-/memory/acme/-/recall?{urlencode({'q': query, 'top': 10, 'mode': 'solved'})}")
+            await page.screenshot(path=str(OUT / f"explorer-{size}-recall.png"))
+            screen = await page.evaluate(RECALL_SCREEN_JS)
+            assert screen["table"] <= width and screen["page"] <= width, screen
+            assert screen["wide"] == [], screen
+            assert [re.sub(r"\s+", " ", r).strip() for r in screen["ranks"]] == expected, screen
+    assert ids and (OUT / f"explorer-{size}-recall.png").stat().st_size > 10_000
+
+
+#: the recall page's rank labels, in its order (retrieval member, label)
+RANK_LABELS = [("seed_rank", "seed"), ("key_rank", "key"), ("dense_rank", "dense"),
+               ("bm25_rank", "bm25"), ("key_bm25_rank", "key bm25"), ("own_rank", "own"),
+               ("own_bm25_rank", "own bm25")]
