@@ -657,6 +657,12 @@ UPDATE api_tokens SET revoked_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, workspace_id;
 
+-- name: bootstrap_tokens_active
+-- An active token (not revoked, not expired) by the digest of its secret, or no row.
+SELECT id, workspace_id, permissions, database_name, schema_name, label FROM api_tokens
+WHERE token_hash = %(digest)s AND revoked_at IS NULL
+  AND (expires_at IS NULL OR expires_at > now());
+
 -- name: bootstrap_tokens_revoke_labelled
 -- Revoke the active tokens of a workspace carrying a label (a process's own previous tokens).
 UPDATE api_tokens SET revoked_at = now()
