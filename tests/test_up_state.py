@@ -1,14 +1,16 @@
 """State that `memarc up` keeps across restarts: the explorer's signing secret and a single live
-demo token."""
+set of demo tokens, the same at every start on one data directory while none is revoked."""
 
 from __future__ import annotations
 
+import json
 import stat
+from pathlib import Path
 
 import pytest
 
 from shared.config import load_settings
-from shared.store.bootstrap import revoke_labelled_tokens
+from shared.store.bootstrap import revoke_labelled_tokens, revoke_token
 from writer.demo import DEMO_TOKEN_LABEL
 from writer.serving import explorer_app, explorer_secret
 
@@ -48,7 +50,7 @@ async def test_a_new_demo_start_revokes_the_previous_demo_token(make_env):
 async def test_the_demo_tokens_keep_the_reviewer_gate(make_env):
     """`memarc up --demo` prints the assistant's token (read + propose), the administrator's
     (manage) and the reviewer's (review), least privilege: the assistant can neither write a
-    card directly nor apply its own proposals; all three are revoked by the next start."""
+    card directly nor apply its own proposals."""
     from writer.demo import demo_token
 
     async with make_env() as env:
@@ -80,9 +82,48 @@ async def test_the_demo_tokens_keep_the_reviewer_gate(make_env):
         assert r.status_code == 403, r.text
         r = await env.client.post(f"{session}/review", headers=reviewer, json=review)
         assert r.status_code == 200, r.text
-        # the next start revokes both
+        assert (await env.client.get("/api/workspaces/bird/memory/status",
+                                     headers=manager)).status_code == 200
+
+
+async def test_a_restart_prints_the_same_demo_tokens_until_one_is_revoked(make_env):
+    """A restart on the same data directory returns the kept tokens (same secrets, ids and
+    permissions, still authenticated: never 401); once one of them is revoked (or the kept file names tokens
+    this database does not know), the next start revokes the others and keeps three new ones."""
+    from writer.demo import DEMO_TOKENS_FILE, demo_token
+
+    status = "/api/workspaces/bird/memory/status"
+
+    def headers(t):
+        return {"Authorization": f"Bearer {t['token']}"}
+
+    def tokens(t):
+        return [t, t["manage_token"], t["review_token"]]
+
+    async with make_env() as env:
+        first = demo_token(env.settings, "bird")
+        path = Path(env.settings.data_dir) / DEMO_TOKENS_FILE
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
         second = demo_token(env.settings, "bird")
-        for h in (agent, reviewer, manager):
-            r = await env.client.get("/api/workspaces/bird/memory/status", headers=h)
-            assert r.status_code == 401, r.text
-        assert second["token"] != first["token"]
+        assert second == first
+        for t in tokens(second):
+            assert (await env.client.get(status, headers=headers(t))).status_code != 401
+        assert env.scalar("SELECT count(*) FROM memory.api_tokens WHERE label = %s",
+                          DEMO_TOKEN_LABEL) == 3
+
+        revoke_token(env.migrator_url, "memory", first["review_token"]["id"])
+        third = demo_token(env.settings, "bird")
+        assert {t["token"] for t in tokens(third)}.isdisjoint(t["token"] for t in tokens(first))
+        for t in tokens(first):
+            assert (await env.client.get(status, headers=headers(t))).status_code == 401
+        for t in tokens(third):
+            assert (await env.client.get(status, headers=headers(t))).status_code != 401
+        assert demo_token(env.settings, "bird") == third
+
+        # a kept file from another database (its secrets unknown here): three new tokens
+        path.write_text(json.dumps({"bird": {"token": "x", "manage_token": "y",
+                                             "review_token": "z"}}))
+        fourth = demo_token(env.settings, "bird")
+        assert fourth["token"] != third["token"]
+        assert (await env.client.get(status, headers=headers(third))).status_code == 401
+        assert json.loads(path.read_text())["bird"]["token"] == fourth["token"]

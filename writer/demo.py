@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -14,10 +15,15 @@ from shared.archive.cards import Archive
 from shared.auth import Principal
 from shared.cards_file import read_cards
 from shared.config import Settings
-from shared.store.bootstrap import create_token, create_workspace, revoke_labelled_tokens
+from shared.store.bootstrap import (active_token, create_token, create_workspace,
+                                    revoke_labelled_tokens)
 
-#: Label of the token each ``memarc up --demo`` prints; a new start revokes the previous one.
+#: Label of the tokens ``memarc up --demo`` prints; a start that makes new ones revokes the
+#: previous ones.
 DEMO_TOKEN_LABEL = "memarc up demo"
+#: The file under the data dir that keeps the demo tokens' secrets (mode 0600), so that a
+#: restart prints the same tokens: ``{workspace: {"token", "manage_token", "review_token"}}``.
+DEMO_TOKENS_FILE = "demo_tokens.json"
 #: The demo's tokens, least privilege (issue 25, case 8): the assistant's recalls and proposes
 #: (it cannot write cards directly nor apply a review), the administrator's manages cards, the
 #: reviewer's reviews; no one token can both propose and apply.
@@ -36,28 +42,82 @@ def admin_sign_in_link(settings: Settings, workspace: str, writer_url: str) -> s
     return f"{writer_url}/admin/sign-in/link?code={link['code']}"
 
 
+#: The demo's three tokens: the key each is returned under and its permissions.
+DEMO_TOKENS = (("token", DEMO_PERMISSIONS), ("manage_token", DEMO_MANAGE_PERMISSIONS),
+               ("review_token", DEMO_REVIEW_PERMISSIONS))
+
+
 def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
-    """Create ``workspace`` (language ``en``) if it does not exist, revoke the tokens of the
-    previous demo start and create three new ones, least privilege (issue 25, case 8) and the
-    reviewer gate kept (issue 16): the assistant's ``memory.read`` + ``memory.propose`` token,
-    returned as :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret,
-    …}``), the administrator's ``memory.manage`` token under ``manage_token`` and the reviewer's
+    """Create ``workspace`` (language ``en``) if it does not exist and return its three demo
+    tokens, least privilege (issue 25, case 8) and the reviewer gate kept (issue 16): the
+    assistant's ``memory.read`` + ``memory.propose`` token, as
+    :func:`shared.store.bootstrap.create_token` returns it (``{"token": secret, …}``), the
+    administrator's ``memory.manage`` token under ``manage_token`` and the reviewer's
     ``memory.review`` token under ``review_token`` (the same form). The assistant can neither
     write cards directly nor apply its own proposals.
 
-    Uses the migrator credentials; raises what bootstrap raises (:class:`~shared.errors.BootstrapUnavailable`, ...).
+    The tokens of the previous start on this data dir (kept in ``data_dir/demo_tokens.json``,
+    mode 0600, next to the database files themselves) are returned again while all three are
+    active in this database with their label and permissions; otherwise every token of the
+    label is revoked and three new ones are made and kept (one live set of demo tokens at a
+    time).
+
+    Uses the migrator credentials; raises what bootstrap raises
+    (:class:`~shared.errors.BootstrapUnavailable`, ...) and :class:`OSError` when the file
+    cannot be written.
     """
-    create_workspace(settings.migrator_database_url, settings.db_schema, workspace, "en")
-    # one live set of demo tokens at a time: the previous start's are revoked, these printed
-    revoke_labelled_tokens(settings.migrator_database_url, settings.db_schema, workspace,
-                           DEMO_TOKEN_LABEL)
-    token = create_token(settings.migrator_database_url, settings.db_schema, workspace,
-                         list(DEMO_PERMISSIONS), label=DEMO_TOKEN_LABEL)
-    for key, permissions in (("manage_token", DEMO_MANAGE_PERMISSIONS),
-                             ("review_token", DEMO_REVIEW_PERMISSIONS)):
-        token[key] = create_token(settings.migrator_database_url, settings.db_schema, workspace,
-                                  list(permissions), label=DEMO_TOKEN_LABEL)
+    url, schema = settings.migrator_database_url, settings.db_schema
+    create_workspace(url, schema, workspace, "en")
+    path = Path(settings.data_dir) / DEMO_TOKENS_FILE
+    kept = _kept_tokens(path).get(workspace) or {}
+    found = {key: _still_active(settings, workspace, kept.get(key), perms)
+             for key, perms in DEMO_TOKENS}
+    if all(found.values()):
+        token = found["token"]
+        token.update(manage_token=found["manage_token"], review_token=found["review_token"])
+        return token
+    revoke_labelled_tokens(url, schema, workspace, DEMO_TOKEN_LABEL)
+    made = {key: create_token(url, schema, workspace, list(perms), label=DEMO_TOKEN_LABEL)
+            for key, perms in DEMO_TOKENS}
+    _keep_tokens(path, workspace, {key: t["token"] for key, t in made.items()})
+    token = made["token"]
+    token.update(manage_token=made["manage_token"], review_token=made["review_token"])
     return token
+
+
+def _still_active(settings: Settings, workspace: str, secret: Any,
+                  permissions: tuple[str, ...]) -> dict[str, Any] | None:
+    """The kept demo token ``secret`` as :func:`create_token` returns it, if it is active in
+    this database, of ``workspace``, with the demo's label and exactly ``permissions``."""
+    if not isinstance(secret, str):
+        return None
+    token = active_token(settings.migrator_database_url, settings.db_schema, secret)
+    if (token is None or token.pop("label") != DEMO_TOKEN_LABEL or token["workspace"] != workspace
+            or token["permissions"] != sorted(permissions) or token["database"] is not None):
+        return None
+    return token
+
+
+def _kept_tokens(path: Path) -> dict[str, Any]:
+    """The demo tokens file's content; ``{}`` when it is missing or unreadable as JSON."""
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _keep_tokens(path: Path, workspace: str, secrets: dict[str, str]) -> None:
+    """Write ``workspace``'s token secrets into the demo tokens file (the other workspaces'
+    entries kept), mode 0600, replaced in one rename."""
+    kept = _kept_tokens(path)
+    kept[workspace] = secrets
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(kept, fh)
+    os.replace(tmp, path)
 
 
 #: the quick start's first query: a BIRD question worded differently from the stored one
@@ -92,7 +152,8 @@ def ready_block(info: dict[str, Any], admin_sign_in: str, explorer_sign_in: str,
         "New one-time sign-in links while this runs (no restart, no token revoked):",
         f"  {new_links['explorer']}",
         f"  {new_links['admin']}",
-        "Tokens of workspace " + repr(ws) + " (printed again at every start, which replaces them):",
+        "Tokens of workspace " + repr(ws) + " (the same at every start on this data directory "
+        "while none is revoked):",
         f"  assistant, memory.read + memory.propose   {token}",
         f"  administrator, memory.manage              {info['manage_token']}",
         f"  reviewer, memory.review                   {info['review_token']}",

@@ -110,6 +110,22 @@ def create_token(migrator_url: str, schema: str, workspace: str, permissions: li
 
 
 @bootstrap_errors
+def active_token(migrator_url: str, schema: str, token: str) -> dict[str, Any] | None:
+    """The token whose secret is ``token`` while it is active (not revoked, not expired), as
+    :func:`create_token` returns it (``{token, id, workspace, permissions, database, schema}``)
+    with its ``label``; None when no active token has that secret (revoked, expired, or made in
+    another database)."""
+    with _connect(migrator_url, schema) as conn, conn.transaction():
+        _as_migrator(conn)
+        row = conn.execute(Q.bootstrap_tokens_active, {"digest": token_digest(token)}).fetchone()
+    if row is None:
+        return None
+    return {"token": token, "id": str(row["id"]), "workspace": row["workspace_id"],
+            "permissions": sorted(row["permissions"]), "database": row["database_name"],
+            "schema": row["schema_name"], "label": row["label"]}
+
+
+@bootstrap_errors
 def revoke_token(migrator_url: str, schema: str, token_id: str) -> dict[str, Any]:
     """Revoke a token by id.
 

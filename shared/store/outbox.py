@@ -71,8 +71,9 @@ async def insert_upserts(conn: AsyncConnection, workspace_id: str,
 async def lease(conn: AsyncConnection, workspace_id: str, op_id: int | None, *, batch: bool,
                 limit: int, lease_seconds: int) -> list[dict[str, Any]]:
     """Lease claimable operations of a workspace (pending, or running with an expired lease):
-    ``op_id`` first, and with ``batch`` up to ``limit`` in all, skipping rows another worker is
-    claiming. Each is marked running for ``lease_seconds`` with one more attempt.
+    ``op_id`` first, and with ``batch`` others in lease order (solved-question upserts first,
+    bounded: migration 023), up to ``limit`` in all, skipping rows another worker is claiming.
+    Each is marked running for ``lease_seconds`` with one more attempt.
 
     :returns: ``[{id, card_id, op, revision, attempts}]``.
     """
@@ -134,7 +135,8 @@ async def open_for_card(conn: AsyncConnection, card_uuid: uuid.UUID) -> list[int
 async def open_for_sweep(conn: AsyncConnection, workspace_id: str,
                          limit: int) -> list[tuple[int, int]]:
     """``[(id, attempts)]`` of at most ``limit`` claimable operations of a workspace (pending, or
-    running with an expired lease), oldest first; ``attempts`` is how often each was leased."""
+    running with an expired lease), in lease order (:func:`lease`'s); ``attempts`` is how often
+    each was leased."""
     cur = await conn.execute(Q.outbox_open_for_sweep, {"workspace": workspace_id, "limit": limit})
     return [(r["id"], r["attempts"]) for r in await cur.fetchall()]
 

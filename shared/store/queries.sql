@@ -270,19 +270,27 @@ SELECT id FROM stamped
 ORDER BY id;
 
 -- name: outbox_claim
--- Lease the given operation plus up to %(limit)s - 1 other claimable ones of the workspace
--- (pending, or running with an expired lease), skipping rows another worker is claiming.
+-- Lease the given operation, if still claimable (pending, or running with an expired lease),
+-- plus, with %(batch)s, other claimable ones of the workspace in lease order (migration 023:
+-- solved questions first), %(limit)s in all, skipping rows another worker is claiming. The
+-- others are read in the order of projection_ops_lease_idx, which stops at the limit.
+WITH given AS (
+    SELECT id FROM projection_ops
+    WHERE id = %(op_id)s AND workspace_id = %(workspace)s
+      AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
+    FOR UPDATE SKIP LOCKED
+), others AS (
+    SELECT id FROM projection_ops
+    WHERE %(batch)s AND workspace_id = %(workspace)s AND id <> %(op_id)s
+      AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
+    ORDER BY lease_order, id
+    LIMIT %(limit)s - (SELECT count(*) FROM given)
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE projection_ops o
 SET status = 'running', attempts = o.attempts + 1, updated_at = now(),
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
-WHERE o.id IN (
-    SELECT id FROM projection_ops
-    WHERE workspace_id = %(workspace)s
-      AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
-      AND (id = %(op_id)s OR %(batch)s)
-    ORDER BY (id = %(op_id)s) DESC, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED)
+WHERE o.id IN (SELECT id FROM given UNION ALL SELECT id FROM others)
 RETURNING o.id, o.card_id, o.op, o.revision, o.attempts;
 
 -- name: outbox_complete
@@ -333,11 +341,12 @@ SET status = 'done', completed_at = now(), updated_at = now(), lease_expires_at 
 WHERE op = 'delete' AND status IN ('pending', 'failed');
 
 -- name: outbox_open_for_sweep
--- Claimable operations of a workspace (pending, or running with an expired lease), by id.
+-- Claimable operations of a workspace (pending, or running with an expired lease), in lease
+-- order (migration 023), as outbox_claim leases them.
 SELECT id, attempts FROM projection_ops
 WHERE workspace_id = %(workspace)s
   AND (status = 'pending' OR (status = 'running' AND lease_expires_at < now()))
-ORDER BY id
+ORDER BY lease_order, id
 LIMIT %(limit)s;
 
 -- name: outbox_open_for_card
@@ -647,6 +656,12 @@ VALUES (%(id)s, %(workspace)s, %(digest)s, %(permissions)s, %(database)s, %(sche
 UPDATE api_tokens SET revoked_at = now()
 WHERE id = %(id)s AND revoked_at IS NULL
 RETURNING id, workspace_id;
+
+-- name: bootstrap_tokens_active
+-- An active token (not revoked, not expired) by the digest of its secret, or no row.
+SELECT id, workspace_id, permissions, database_name, schema_name, label FROM api_tokens
+WHERE token_hash = %(digest)s AND revoked_at IS NULL
+  AND (expires_at IS NULL OR expires_at > now());
 
 -- name: bootstrap_tokens_revoke_labelled
 -- Revoke the active tokens of a workspace carrying a label (a process's own previous tokens).
