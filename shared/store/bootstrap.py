@@ -115,8 +115,7 @@ def active_token(migrator_url: str, schema: str, token: str) -> dict[str, Any] |
     :func:`create_token` returns it (``{token, id, workspace, permissions, database, schema}``)
     with its ``label``; None when no active token has that secret (revoked, expired, or made in
     another database)."""
-    with _connect(migrator_url, schema) as conn, conn.transaction():
-        _as_migrator(conn)
+    with migrator_transaction(migrator_url, schema) as conn:
         row = conn.execute(Q.bootstrap_tokens_active, {"digest": token_digest(token)}).fetchone()
     if row is None:
         return None
