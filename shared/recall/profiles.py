@@ -19,11 +19,23 @@ the tuning data for every mode.
   projection with one vector per linking question (an ``exemplars`` multi-vector, MaxSim), fused
   or given a reserved rank, was measured the same way and dropped: no variant raised TUNE
   shared-clause r@5 without lowering all pairs (``bench/patches/format5_exemplars.patch``).
-- ``rules`` (projection format 4): the key vectors and the card's own text (``own``,
+- ``rules`` (issue 27): the rule alone in BM25 (``key_bm25``) and the card's own text (``own``,
   ``own_bm25``: without the questions of the linking solved cards, which dilute a rule's words
-  for a request that did not come through them), own dense weighted highest; chosen on BIRD
-  clause recall's TUNE databases with ``bench/tune_rules_profile.py`` (31 candidates in two
-  rounds; the peers' DBSF and RRF of format 2's text were candidates too).
+  for a request that did not come through them), fused by DBSF with per-query confidence
+  weighting ``c = 2`` (:mod:`shared.recall.fusion`: a branch whose best hit stands far above its
+  second speaks louder for that query). Chosen for the worst case on the TUNE halves of five
+  rule sets of different kinds (``bench/rule_sets_data.py``: BIRD mini-dev evidence clauses
+  with their near-duplicate subset, BIRD gold SQL and BIRD-CRITIC fixes written as procedures,
+  sqlfluff rules asked with anti-pattern code; TUNE = BIRD databases california_schools,
+  codebase_community, european_football_2, formula_1, superhero, toxicology and the even-indexed
+  sqlfluff codes) with ``bench/tune_rules_sets.py`` on branch lists recorded through the real
+  recall path (``bench/rules_branch_cache.py``): of 62,401 candidates (DBSF, clipped DBSF,
+  min-max, RRF k 10/30/60, confidence 0-2, every weight in 0-3 on key / key_bm25 / own /
+  own_bm25), the largest smallest ratio to the best single branch (dense only, BM25 only) over
+  the ten checks (r@1 and r@3 of each set), ties by the larger mean ratio: 1.000 / 1.068, where
+  the previous profile (DBSF .5/.5/2/1 of key / key_bm25 / own / own_bm25, chosen on BIRD
+  clause pairs) had 0.986 / 1.042 (below BM25 only on evidence r@1). REPORT figures:
+  ``bench/README.md``, "Rules recall (issue 27)".
 """
 
 from __future__ import annotations
@@ -35,8 +47,8 @@ MODE_PROFILES: dict[str, FusionProfile] = {
     "solved": FusionProfile(method="dbsf", weights={KEY: 1.0, DENSE: 1.0, BM25: 0.75}),
     "search": FusionProfile(method="dbsf",
                             weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0}),
-    "rules": FusionProfile(method="dbsf",
-                           weights={KEY: 0.5, KEY_BM25: 0.5, OWN: 2.0, OWN_BM25: 1.0}),
+    "rules": FusionProfile(method="dbsf", confidence=2.0,
+                           weights={KEY_BM25: 0.25, OWN: 1.5, OWN_BM25: 1.0}),
 }
 
 

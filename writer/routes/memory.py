@@ -230,7 +230,8 @@ class MemoryController(Controller):
         mode's profile (``shared/recall/profiles.py``) — solved: distribution-based score fusion
         (DBSF) of bm25 ×0.75, dense ×1, key ×1; search: distribution-based score fusion (DBSF)
         of bm25 ×4, dense ×4, key ×1, key_bm25 ×4; rules: distribution-based score fusion
-        (DBSF) of key ×0.5, key_bm25 ×0.5, own ×2, own_bm25 ×1. A result's ``score`` is
+        (DBSF) with per-query confidence weighting (c = 2) of key_bm25 ×0.25, own ×1.5,
+        own_bm25 ×1. A result's ``score`` is
         ``1/(60 + r)`` for a verified seed at fused rank r, plus the strongest contribution
         reaching the card along links (the linking seed's score × 0.5 per hop): it orders this
         query's results and is not a similarity. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
