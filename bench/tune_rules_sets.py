@@ -183,6 +183,34 @@ def batch_scores(top3: np.ndarray, rows: np.ndarray, where: np.ndarray) -> tuple
     return float(hit[:, 0].mean()), float(hit.any(axis=1).mean())
 
 
+def bootstrap(batch: Batch, spec: dict, by_check: dict, where: dict, n: int) -> float:
+    """Share of ``n`` resamples (with replacement, each check's pairs, seed 27) in which the
+    candidate's r@1 and r@3 are at or above both peers' on every check: how likely a half of
+    this size and kind is to show the candidate level with or above the peers."""
+    rng = np.random.default_rng(27)
+    mine = batch.top3(spec)
+    hits = {}
+    for c, pairs in by_check.items():
+        rows, wh = where[c]
+        ok = (mine[rows] == wh[:, None]) & (wh[:, None] >= 0)
+        peers = []
+        for p in PEER_NAMES:
+            tops = [ranking(e["peer"][0], PEERS[p]) for e, _ in pairs]
+            peers.append(np.array([[t[:1] == [w], w in t[:3]] for t, (_, w) in zip(tops, pairs)]))
+        hits[c] = (np.stack([ok[:, 0], ok.any(axis=1)], axis=1), peers)
+    wins = 0
+    for _ in range(n):
+        good = True
+        for c, (m, peers) in hits.items():
+            idx = rng.integers(0, len(m), len(m))
+            mm = m[idx].mean(axis=0)
+            if any((mm < p[idx].mean(axis=0) - 1e-12).any() for p in peers):
+                good = False
+                break
+        wins += good
+    return wins / n
+
+
 def candidates(confidence: tuple[float, ...] | None = None) -> list[tuple[str, dict]]:
     """The candidate profiles (module docstring) as ``(label, spec)``; the current one first.
     ``confidence``: the confidence values tried instead of :data:`CONFIDENCE` (0 is always
@@ -225,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--only", default=None, help="evaluate only candidates containing this")
+    ap.add_argument("--bootstrap", type=int, default=0,
+                    help="also resample each TUNE check's pairs N times: the share of resamples "
+                         "in which each shown candidate is at or above both peers on every check")
     ap.add_argument("--confidence", default=None,
                     help="comma-separated confidence values (default: CONFIDENCE)")
     args = ap.parse_args(argv)
@@ -266,6 +297,8 @@ def main(argv: list[str] | None = None) -> None:
             exact = {c: scores(by_check[c], lambda e, pr=profile: ranking(e["product"][0], pr))
                      for c in names}
             mark = "" if exact == got else f"  (fuse differs: min {min(ratios(exact)):.3f})"
+        if args.bootstrap:
+            mark += f"  bootstrap {bootstrap(batch, spec, by_check, where, args.bootstrap):.2f}"
         print(f"{label[:40]:40} {mn:6.3f} {mean:6.3f}  " + "  ".join(
             f"{got[c][0]:.3f} / {got[c][1]:.3f}".rjust(17) for c in names) + mark)
     print(f"{len(rows)} candidates")
