@@ -34,8 +34,9 @@ the tuning data for every mode.
   own_bm25), the largest smallest ratio to the best single branch (dense only, BM25 only) over
   the ten checks (r@1 and r@3 of each set), ties by the larger mean ratio: 1.000 / 1.068, where
   the previous profile (DBSF .5/.5/2/1 of key / key_bm25 / own / own_bm25, chosen on BIRD
-  clause pairs) had 0.986 / 1.042 (below BM25 only on evidence r@1). REPORT figures:
-  ``bench/README.md``, "Rules recall (issue 27)".
+  clause pairs) had 0.986 / 1.042 (below BM25 only on evidence r@1). On REPORT it is at or
+  above both single branches at r@3 on every set, and one query below one of them at r@1 on
+  three checks (``bench/README.md``, "Rules recall (issue 27)").
 """
 
 from __future__ import annotations
