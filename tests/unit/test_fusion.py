@@ -1,6 +1,7 @@
 """Fusion of the branch rankings of a hybrid query (``shared.recall.fusion``, DESIGN §5 step 1):
-reciprocal rank fusion with k = 60, distribution-based score fusion, and a profile's weights,
-each with exact expected scores."""
+reciprocal rank fusion with k = 60, distribution-based score fusion with and without per-query
+confidence weighting, and a profile's weights, each with exact expected scores (raw branch
+scores given by hand: no embedder)."""
 
 from __future__ import annotations
 
