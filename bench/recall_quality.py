@@ -136,6 +136,25 @@ class _CachedIndex:
         return getattr(self._engine, name)
 
 
+class PeerIndex:
+    """The peer engine as recall sees it: searches go to the peer's collection, while the
+    collection check (migration 022: recall answers only from the collection PostgreSQL
+    records for the workspace) names the product's collection once the peer's own exists with
+    the peer's layout. The peer index holds the same cards at the same revisions, which
+    verification still checks against PostgreSQL."""
+
+    def __init__(self, peer: QdrantEdgeEngine, product: Any):
+        self._peer, self._product = peer, product
+
+    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
+        if await self._peer.check_collection(workspace, layout) is None:
+            return None
+        return await self._product.physical_collection(workspace)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._peer, name)
+
+
 class Compared:
     """One archive with its product index and its peer index (format 2's text)."""
 
@@ -197,7 +216,7 @@ async def compared(name: str, cards: list[ImportCard]) -> tuple[Compared, dict[s
             for c, d, s in zip(batch, dense, sparse)])
     print(f"  {name}: {len(cards)} cards, product projection {bench.seconds_to_project:.0f} s, "
           f"all set up in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    return Compared(bench, peer, layout), by_key
+    return Compared(bench, PeerIndex(peer, res.index), layout), by_key
 
 
 def _with_record(card: ImportCard, record: str) -> ImportCard:

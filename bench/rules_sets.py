@@ -6,7 +6,7 @@ projected by the product into its own archive, asked through the code path of ``
 product's profile next to the peers (dense only, BM25 only, RRF k=60, DBSF on a format-2 index
 of the same cards), on the TUNE and REPORT halves, r@1 and r@3 (top 10 asked). Run:
 ``.venv/bin/python bench/rules_sets.py [--sets evidence,procedures,critic,lint] [--limit N]
-[--json]``.
+[--half TUNE|REPORT] [--json]``.
 
 ``--limit N``: an evenly spread sample of about N queries per set (the same sample on every run).
 ``--text rule``: the cards' title is replaced by the rule itself (the title repeats the rule,
@@ -73,13 +73,13 @@ def title_is_rule(rule_set: RuleSet) -> RuleSet:
     return RuleSet(rule_set.name, cards, rule_set.queries)
 
 
-async def run_set(rule_set: RuleSet, limit: int | None, prefix: str
+async def run_set(rule_set: RuleSet, limit: int | None, prefix: str, half: str | None = None
                   ) -> dict[str, dict[str, list]]:
-    """``{check: {config: ranks}}`` of one set; checks are ``<set> <half>`` and
-    ``<set> <half> <tag>``."""
+    """``{check: {config: ranks}}`` of one set (``half``: only that half's queries); checks are
+    ``<set> <half>`` and ``<set> <half> <tag>``."""
     pair, by_key = await compared(f"{prefix}{rule_set.name}", rule_set.cards)
     per: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    queries = rule_set.queries
+    queries = [q for q in rule_set.queries if half in (None, q.half)]
     if limit:
         queries = queries[::max(1, len(queries) // limit)]
     grouped: dict[tuple, list] = defaultdict(list)
@@ -118,6 +118,8 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=None, help="about N queries per set")
     ap.add_argument("--text", choices=["title", "rule"], default="title",
                     help="card title as built (title) or the rule repeated (rule)")
+    ap.add_argument("--half", choices=["TUNE", "REPORT"], default=None,
+                    help="only this half's queries (default both)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     wanted = args.sets.split(",")
@@ -128,7 +130,7 @@ async def main(argv: list[str] | None = None) -> None:
             continue
         if args.text == "rule":
             rule_set = title_is_rule(rule_set)
-        per = await run_set(rule_set, args.limit, f"rs_{args.text}_")
+        per = await run_set(rule_set, args.limit, f"rs_{args.text}_", args.half)
         for check in sorted(per):
             n = len(per[check][PRODUCT])
             rows.append({"check": check, "n": n, **{

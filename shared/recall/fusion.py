@@ -11,6 +11,11 @@ fusion and distribution-based score fusion, with the weights of a retrieval prof
   to Vector Search Ranking" (2023), as Qdrant implements it (``Fusion.DBSF``; Qdrant clips the
   normalised score to [0, 1], ``clip=True`` here). A branch whose scores are all equal gives each
   of its hits 0.5.
+- Confidence weighting (optional, DBSF only): per query, each branch's weight is multiplied by
+  ``1 + c × gap``, where ``gap = (s₁ - s₂) / σ`` is how far the branch's best hit stands above its
+  second, in units of that branch's score standard deviation over its returned hits (0 for a
+  branch with fewer than two hits or σ = 0). A branch that singles out one card speaks louder
+  for that query than one whose top hits are level. ``c = 0`` is plain DBSF.
 
 A card missing from a branch gets nothing from it; a branch of weight 0 contributes no
 candidates at all (single-branch baselines). Ties break by the card id's text.
@@ -32,12 +37,14 @@ FusionMethod = Literal["rrf", "dbsf"]
 
 class FusionProfile(msgspec.Struct, frozen=True, kw_only=True):
     """How one recall mode fuses its branches: the method, a weight per named vector (branches
-    absent or of weight 0 are not queried), and RRF's ``k`` (ignored by DBSF)."""
+    absent or of weight 0 are not queried), RRF's ``k`` (ignored by DBSF), DBSF's ``clip`` and
+    ``confidence`` (the per-query weighting ``c`` of the module docstring; ignored by RRF)."""
 
     method: FusionMethod = "rrf"
     weights: dict[str, float]
     k: float = RRF_K
     clip: bool = False
+    confidence: float = 0.0
 
     def branches(self) -> tuple[str, ...]:
         """The named vectors this profile queries (weight > 0), in a stable order."""
@@ -49,6 +56,9 @@ class FusionProfile(msgspec.Struct, frozen=True, kw_only=True):
         bm25 ×0.75, dense ×1, key ×1``."""
         method = (f"reciprocal rank fusion (RRF, k = {self.k:g})" if self.method == "rrf"
                   else "distribution-based score fusion (DBSF)")
+        if self.method == "dbsf" and self.confidence:
+            method = ("distribution-based score fusion (DBSF) with per-query confidence "
+                      f"weighting (c = {self.confidence:g})")
         return f"{method} of " + ", ".join(f"{n} ×{self.weights[n]:g}" for n in self.branches())
 
 
@@ -68,11 +78,13 @@ def rrf_fuse(rankings: list[list[uuid.UUID]], weights: list[float] | None = None
 
 
 def dbsf_fuse(rankings: list[list[tuple[uuid.UUID, float]]], weights: list[float] | None = None,
-              *, clip: bool = False) -> list[tuple[uuid.UUID, float]]:
+              *, clip: bool = False, confidence: float = 0.0) -> list[tuple[uuid.UUID, float]]:
     """Distribution-based score fusion of best-first ``(id, raw score)`` rankings (Mazzeschi
     2023, Qdrant's ``Fusion.DBSF``): per branch, ``(s - (μ - 3σ)) / 6σ`` with μ and σ (population)
-    over that branch's returned scores, optionally clipped to [0, 1], times the branch weight,
-    summed per id. Returns (id, score) best first, ties by id."""
+    over that branch's returned scores, optionally clipped to [0, 1], times the branch weight
+    (times ``1 + confidence × (s₁ - s₂) / σ`` when ``confidence`` > 0: the module docstring's
+    per-query confidence weighting), summed per id. Returns (id, score) best first, ties by
+    id."""
     weights = weights or [1.0] * len(rankings)
     scores: dict[uuid.UUID, float] = {}
     for ranking, w in zip(rankings, weights):
@@ -81,6 +93,9 @@ def dbsf_fuse(rankings: list[list[tuple[uuid.UUID, float]]], weights: list[float
         values = [s for _, s in ranking]
         mean = sum(values) / len(values)
         sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        if confidence and sd > 0 and len(values) > 1:
+            first, second = sorted(values, reverse=True)[:2]
+            w = w * (1.0 + confidence * (first - second) / sd)
         for doc, s in ranking:
             norm = (s - (mean - 3 * sd)) / (6 * sd) if sd > 0 else 0.5
             if clip:
@@ -96,5 +111,6 @@ def fuse(rankings: Mapping[str, Sequence[tuple[uuid.UUID, float]]],
     names = [n for n in profile.branches() if n in rankings]
     weights = [profile.weights[n] for n in names]
     if profile.method == "dbsf":
-        return dbsf_fuse([list(rankings[n]) for n in names], weights, clip=profile.clip)
+        return dbsf_fuse([list(rankings[n]) for n in names], weights, clip=profile.clip,
+                         confidence=profile.confidence)
     return rrf_fuse([[doc for doc, _ in rankings[n]] for n in names], weights, k=profile.k)
