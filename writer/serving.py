@@ -139,11 +139,13 @@ def _data_dir_lock(data_dir: Path, refusal: str | None = None):
         fh.close()
 
 
-async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None) -> None:
-    """Serve each ``(app, host, port)`` and run ``worker`` until SIGINT/SIGTERM or until one of
-    them ends; then stop them all (15 s grace) and re-raise the first failure."""
+async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None,
+                 stop: asyncio.Event | None = None) -> None:
+    """Serve each ``(app, host, port)`` and run ``worker`` until SIGINT/SIGTERM, until ``stop``
+    is set, or until one of them ends; then stop them all (15 s grace) and re-raise the first
+    failure."""
     servers = [_server(app, host, port) for app, host, port in apps]
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -245,8 +247,9 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)
         worker = build_worker(resources)
+        stop = asyncio.Event()
         serve = asyncio.create_task(_serve([(writer, host, port), (ds.app(), host, explorer_port)],
-                                           worker))
+                                           worker, stop))
         if demo_workspace and token:
             principal = Principal(workspace=demo_workspace,
                                   permissions=frozenset({"memory.manage"}), actor="memarc-up")
@@ -263,8 +266,8 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
             if not loader.done():
                 loader.cancel()
                 await asyncio.gather(loader, return_exceptions=True)
-            elif loader.exception() is not None:
-                serve.cancel()
+            elif loader.exception() is not None:  # e.g. an invalid cards file: stop, then say so
+                stop.set()
                 await asyncio.gather(serve, return_exceptions=True)
                 raise loader.exception()  # type: ignore[misc]
         await serve
