@@ -570,9 +570,11 @@ async def test_the_recall_page_has_a_form_and_recalls_nothing_before_projection(
         ds, _, _ = await _rule_and_linked_definition(env, explorer)
         r = await get(ds, "/-/memory/acme/-/recall")
         assert r.status_code == 200 and '<input id="memarc-q" type="search" name="q" value="">' in r.text
-        # before projection nothing is recalled
+        # before projection nothing is recalled, and the page says why (issue 26)
         r = await get(ds, "/-/memory/acme/-/recall", q="net revenue cancelled orders", mode="rules")
         assert r.status_code == 200 and "0 results" in r.text
+        assert "<strong>2 cards of this workspace are not indexed yet</strong>" in r.text
+        assert 'href="/-/memory/acme/-/pending">pending index updates</a>' in r.text
 
 
 async def test_the_recall_page_shows_score_path_ranks_and_exclusions(make_env, explorer):
@@ -591,6 +593,7 @@ async def test_the_recall_page_shows_score_path_ranks_and_exclusions(make_env, e
         assert '<span class="memarc-rank col-own_rank" title="own_rank">own 1</span>' in r.text
         assert '<span class="memarc-rank col-own_bm25_rank" title="own_bm25_rank">own bm25 1</span>' in r.text
         assert "memarc-truncated" not in r.text
+        assert "memarc-not-indexed" not in r.text  # every card is indexed: no notice
 
 
 async def test_the_recall_page_shows_a_linked_cards_path_from_its_seed_as_links(

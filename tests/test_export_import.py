@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from helpers import archive_row_counts, live_writer, row_changes
 
+from shared.cards_file import read_cards
 from shared.errors import InvalidInput
 
 SRC = "/api/workspaces/src/memory"
@@ -446,7 +447,8 @@ async def test_cli_export_streams_to_gzip_and_import_is_idempotent(make_env, mon
 
 async def test_the_demo_import_is_the_idempotent_import(make_env, tmp_path):
     """`memarc up --demo` imports its cards file at every start: the second start creates
-    nothing and does not wait; a card deleted since comes back, the workspace's own cards stay."""
+    nothing (and, every card indexed, does not wait); a card deleted since comes back, the
+    workspace's own cards stay."""
     import io
 
     from shared.auth import Principal
@@ -470,7 +472,7 @@ async def test_the_demo_import_is_the_idempotent_import(make_env, tmp_path):
         assert first[0]["imported"] == 4 and first[-1]["cards"] == 4
         assert "seconds_to_import_and_project" in first[-1]
         assert second[0] == {"imported": 0, "by_family": {}, "already_imported": 4}
-        assert second[-1]["current"] == 4 and "note" in second[-1]
+        assert second[-1]["cards"] == 4 and "note" in second[-1]
         state = _state(env, "dst")
         r = await env.client.delete(f"{DST}/{state['rule-loans'][0]}", headers=hd)
         assert r.status_code == 200
@@ -543,3 +545,35 @@ async def test_cards_imported_before_import_keys_are_adopted_not_duplicated(make
         assert env.scalar("SELECT count(*) FROM memory.projection_ops") == ops + 1  # the new one
         r = await env.client.post(f"{DST}/import", content=_file(IMPORTED), headers={**hd, **NDJSON})
         assert (r.json()["created"], r.json()["skipped"]) == (0, 4)
+
+
+async def test_a_demo_restart_waits_for_the_cards_an_earlier_start_left_unindexed(make_env,
+                                                                                  tmp_path):
+    """Issue 26 (the second newcomer trial): a start stopped in the middle of the projection
+    leaves cards unindexed; the next start imports nothing, and must not print the ready block
+    until those cards are indexed too (it printed it at once, with 768 of 2,251 indexed)."""
+    import io
+
+    from shared.auth import Principal
+    from writer.demo import load_demo_cards
+
+    path = tmp_path / "cards.jsonl.gz"
+    path.write_bytes(gzip.compress(_file(IMPORTED)))
+    async with make_env() as env:
+        env.workspace("dst")
+        archive = env.resources.archive()
+        me = Principal(workspace="dst", permissions=frozenset({"memory.manage"}), actor="test")
+        # the first start: imported, then stopped before any card was indexed (no worker ran)
+        await archive.transfer.import_cards(me, "dst", read_cards(path))
+        assert (await archive.status(me, "dst")).current == 0
+        async with env.running_worker():
+            out = io.StringIO()
+            await asyncio.wait_for(
+                load_demo_cards(archive, me, "dst", path, out, ready=lambda: "READY"), 120)
+            status = await archive.status(me, "dst")
+        lines = out.getvalue().splitlines()
+        assert json.loads(lines[0]) == {"imported": 0, "by_family": {}, "already_imported": 4}
+        assert "4 cards are not indexed yet" in json.loads(lines[1])["note"]
+        assert status.current == status.cards == 4  # ready only once they are indexed
+        done = json.loads(next(x for x in lines if '"demo_ready"' in x))
+        assert done["cards"] == 4 and lines[-1] == "READY"

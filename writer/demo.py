@@ -172,11 +172,13 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
                           ready: Callable[[], str] | None = None) -> None:
     """Import ``cards_path`` into ``workspace`` (idempotent by key: the cards imported by an
     earlier start are skipped, one deleted since is imported again, other cards are left alone),
-    then, when it created cards, print the projection progress to ``out`` once a second until
-    every card is projected, ending with a JSON line ``{"demo_ready": true, "cards",
-    "by_family", "seconds_to_import_and_project"}``; when it created none, that line at once
-    with ``current`` (projected cards) and a ``note``. Then ``ready()``'s text, when given (the
-    :func:`ready_block`).
+    then print the projection progress to ``out`` once a second until every card of the
+    workspace is projected, ending with a JSON line ``{"demo_ready": true, "cards",
+    "by_family", "seconds_to_import_and_project"}`` (with ``note`` when it imported nothing).
+    A restart after a stop in the middle of the projection (nothing imported, some cards not
+    indexed yet) waits for those too, so the ready block is never printed early; the operations
+    the stopped process held are taken up again when their lease expires
+    (``MEMARC_LEASE_SECONDS``). Then ``ready()``'s text, when given (the :func:`ready_block`).
 
     :raises InvalidInput: a line of the cards file is invalid (nothing is imported).
     """
@@ -185,10 +187,13 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
     print(json.dumps({"imported": result.created, "by_family": result.by_family,
                       "already_imported": result.skipped}), file=out, flush=True)
     last = -1
+    status = await archive.status(principal, workspace)
+    if result.created == 0 and status.current < status.cards:
+        print(json.dumps({"note": f"{status.cards - status.current} cards are not indexed yet "
+                                  "(an earlier start stopped before indexing them); waiting for "
+                                  "them (operations the stopped process held resume when their "
+                                  "lease expires)"}), file=out, flush=True)
     while True:
-        status = await archive.status(principal, workspace)
-        if result.created == 0:  # nothing new to wait for (as before import keys: no wait)
-            break
         if status.current != last:
             last = status.current
             print(f"projected {status.current}/{status.cards} cards "
@@ -196,13 +201,12 @@ async def load_demo_cards(archive: Archive, principal: Principal, workspace: str
         if status.current >= status.cards:
             break
         await asyncio.sleep(1.0)
+        status = await archive.status(principal, workspace)
     done: dict[str, Any] = {"demo_ready": True, "workspace": workspace, "cards": status.cards,
-                             "by_family": status.by_family}
-    if result.created:
-        done["seconds_to_import_and_project"] = round(time.monotonic() - started, 1)
-    else:
-        done.update(current=status.current,
-                     note="every bundled card was imported already; nothing imported")
+                             "by_family": status.by_family,
+                             "seconds_to_import_and_project": round(time.monotonic() - started, 1)}
+    if not result.created:
+        done["note"] = "every bundled card was imported already; nothing imported"
     print(json.dumps(done), file=out, flush=True)
     if ready is not None:
         print(ready(), file=out, flush=True)

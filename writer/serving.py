@@ -147,8 +147,14 @@ async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None,
     servers = [_server(app, host, port) for app, host, port in apps]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():  # say so at once: stopping waits for the worker's current batch
+            print(json.dumps({"stopping": sig.name, "note": "the worker finishes or gives back "
+                              "its current batch first"}), file=sys.stderr, flush=True)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     tasks = [asyncio.create_task(s.serve()) for s in servers]
     if worker is not None:
         tasks.append(asyncio.create_task(supervise_worker(worker)))

@@ -516,8 +516,9 @@ def warn_not_indexed(answer: Any, workspace: str) -> None:
     if waiting:
         print(json.dumps({"warning": f"{waiting} cards of workspace {workspace!r} are not "
                                      "indexed yet (their index update is pending or failed), so "
-                                     "this answer cannot include them: `memarc pending` lists "
-                                     "them", "not_indexed": waiting}), file=sys.stderr)
+                                     "this answer cannot include them: `memarc pending`, with "
+                                     "a memory.manage or memory.review token, lists them",
+                      "not_indexed": waiting}), file=sys.stderr)
 
 
 #: The recall API's filter names (``filters`` of ``POST …/search``), the keys ``--filters`` takes.
