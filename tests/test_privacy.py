@@ -500,6 +500,12 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
         conn.execute("DROP FUNCTION memory.card_visible_text(text, text, text[], jsonb)")
         conn.execute("DROP INDEX memory.activity_card_recent_idx")  # 009
         conn.execute("DROP TABLE memory.session_decisions")  # 012
+        # 023's lease order: its trigger, functions, index and column
+        conn.execute("DROP TRIGGER projection_ops_lease_order ON memory.projection_ops")
+        conn.execute("DROP FUNCTION memory.projection_ops_set_lease_order()")
+        conn.execute("DROP INDEX memory.projection_ops_lease_idx")
+        conn.execute("ALTER TABLE memory.projection_ops DROP COLUMN lease_order")
+        conn.execute("DROP FUNCTION memory.projection_head_start(text, text)")
     return h, cards, theirs
 
 
