@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from shared.archive.cards import Archive
 from shared.auth import Principal
 from shared.cards_file import read_cards
 from shared.config import Settings
+from shared.private_files import write_private
 from shared.store.bootstrap import (active_token, create_token, create_workspace,
                                     revoke_labelled_tokens)
 
@@ -70,18 +70,15 @@ def demo_token(settings: Settings, workspace: str) -> dict[str, Any]:
     create_workspace(url, schema, workspace, "en")
     path = Path(settings.data_dir) / DEMO_TOKENS_FILE
     kept = _kept_tokens(path).get(workspace) or {}
-    found = {key: _still_active(settings, workspace, kept.get(key), perms)
-             for key, perms in DEMO_TOKENS}
-    if all(found.values()):
-        token = found["token"]
-        token.update(manage_token=found["manage_token"], review_token=found["review_token"])
-        return token
-    revoke_labelled_tokens(url, schema, workspace, DEMO_TOKEN_LABEL)
-    made = {key: create_token(url, schema, workspace, list(perms), label=DEMO_TOKEN_LABEL)
-            for key, perms in DEMO_TOKENS}
-    _keep_tokens(path, workspace, {key: t["token"] for key, t in made.items()})
-    token = made["token"]
-    token.update(manage_token=made["manage_token"], review_token=made["review_token"])
+    tokens = {key: _still_active(settings, workspace, kept.get(key), perms)
+              for key, perms in DEMO_TOKENS}
+    if not all(tokens.values()):
+        revoke_labelled_tokens(url, schema, workspace, DEMO_TOKEN_LABEL)
+        tokens = {key: create_token(url, schema, workspace, list(perms), label=DEMO_TOKEN_LABEL)
+                  for key, perms in DEMO_TOKENS}
+        _keep_tokens(path, workspace, {key: t["token"] for key, t in tokens.items()})
+    token = tokens["token"]
+    token.update(manage_token=tokens["manage_token"], review_token=tokens["review_token"])
     return token
 
 
@@ -112,12 +109,7 @@ def _keep_tokens(path: Path, workspace: str, secrets: dict[str, str]) -> None:
     entries kept), mode 0600, replaced in one rename."""
     kept = _kept_tokens(path)
     kept[workspace] = secrets
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(kept, fh)
-    os.replace(tmp, path)
+    write_private(path, json.dumps(kept))
 
 
 #: the quick start's first query: a BIRD question worded differently from the stored one

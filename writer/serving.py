@@ -147,6 +147,7 @@ async def _serve(apps: list[tuple[Any, str, int]], worker: Any | None,
     servers = [_server(app, host, port) for app, host, port in apps]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
+
     def on_signal(sig: signal.Signals) -> None:
         if not stop.is_set():  # say so at once: stopping waits for the worker's current batch
             print(json.dumps({"stopping": sig.name, "note": "the worker finishes or gives back "
@@ -179,7 +180,7 @@ def run_up(host: str = "127.0.0.1", port: int = 8000, explorer_port: int = 8001,
            demo_workspace: str | None = None, cards_path: Path | None = None) -> None:
     """``memarc up``: embedded services, migrate, serve writer + worker + explorer in one process,
     print URLs and the explorer sign-in link; with ``demo_workspace``, also its three tokens
-    (replaced at every start), import the cards of the cards file it lacks (by key), report
+    (:func:`writer.demo.demo_token`: kept across starts on one data dir), import the cards of the cards file it lacks (by key), report
     projection progress and print the ready block (:func:`writer.demo.ready_block`). One
     SIGINT/SIGTERM stops it at any point, also while the import waits for the projection.
 

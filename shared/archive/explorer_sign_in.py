@@ -24,6 +24,7 @@ from typing import Any
 from itsdangerous import URLSafeSerializer
 
 from shared.errors import InvalidInput, Unauthorized
+from shared.private_files import write_private
 
 #: the signer's namespace (Datasette's ``sign`` calls it a namespace, itsdangerous a salt)
 NAMESPACE = "memarc-explorer-sign-in"
@@ -54,11 +55,8 @@ def signing_secret(data_dir: str | Path, *, create: bool) -> str | None:
         pass
     if not create:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
     value = secrets.token_hex(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(value)
+    write_private(path, value)
     return value
 
 

@@ -23,6 +23,7 @@ ROOT_MODULES = {
     "shared.auth": {"shared.errors"},
     "shared.cards_file": {"shared.errors", "shared.models"},
     "shared.metrics": set(),
+    "shared.private_files": set(),
 }
 BASICS = set(ROOT_MODULES)
 #: root modules of ``shared`` that compose the whole core (the process resources, the arq worker)

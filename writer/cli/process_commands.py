@@ -32,8 +32,9 @@ def configure_up_parser(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--explorer-port", type=int, default=8001, help="explorer port (default 8001)")
     up.add_argument("--demo", action="store_true",
                     help="create the demo workspace, import the BIRD cards it lacks (by key), "
-                         "print its three tokens (assistant, administrator, reviewer; new at "
-                         "every start) and, once the cards are indexed, a ready block")
+                         "print its three tokens (assistant, administrator, reviewer; the same "
+                         "at every start on one data dir while none is revoked) and, once the "
+                         "cards are indexed, a ready block")
     up.add_argument("--workspace", default="bird", help="demo workspace (default bird)")
     up.add_argument("--cards", help="cards file for --demo (default: the bundled BIRD cards)")
 
