@@ -62,6 +62,9 @@ def test_memarc_up_demo_prints_the_administration_and_a_sign_in_link(fresh_db, r
             # a second use of the link signs nobody in
             r = browser.post(f"{admin}/sign-in/link", data={"code": code, "_csrf_token": token})
             assert r.status_code == 401
+            # ... and the page says how to sign in instead: the token form, and the command
+            assert "Sign in below with an API token of the workspace" in r.text
+            assert 'name="token"' in r.text and "memarc sign-in-link --workspace W" in r.text
         # issue 26: a new explorer link for the running instance, by the printed command, while
         # the explorer's first link is used up and the API tokens stay valid
         commands = json.loads(re.search(r'"new_sign_in_links": (\{.*?\})', printed,

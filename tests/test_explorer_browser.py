@@ -384,6 +384,16 @@ async def test_recall_results_fit_the_window(make_env, chromium, width, height):
             assert screen["table"] <= width and screen["page"] <= width, screen
             assert screen["wide"] == [], screen
             assert [re.sub(r"\s+", " ", r).strip() for r in screen["ranks"]] == expected, screen
+            # three more cards, not indexed yet: the page says so on the first screen (issue 26)
+            await create_cards(env, _demo_cards(15)[12:])
+            await page.goto(f"{base}/-/memory/acme/-/recall?{urlencode({'q': query, 'top': 10, 'mode': 'solved'})}")
+            await page.screenshot(path=str(OUT / f"explorer-{size}-recall-pending.png"))
+            notice = page.locator("p.memarc-not-indexed")
+            assert await notice.is_visible()
+            assert "3 cards of this workspace are not indexed yet" in await notice.inner_text()
+            box = await notice.bounding_box()
+            assert box["y"] + box["height"] <= height and box["x"] + box["width"] <= width, box
+            assert (await page.evaluate(RECALL_SCREEN_JS))["wide"] == []
     assert ids and (OUT / f"explorer-{size}-recall.png").stat().st_size > 10_000
 
 
