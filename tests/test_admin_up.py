@@ -78,8 +78,8 @@ def test_memarc_up_demo_prints_the_administration_and_a_sign_in_link(fresh_db, r
             assert used.status_code == 401 and "already been used" in used.text
             assert f"memarc explorer-sign-in-link --url {explorer_base}" in used.text
             for _ in range(2):
-                done = subprocess.run(shlex.split(commands["explorer"]), cwd=ROOT, env=env_vars,
-                                      capture_output=True, text=True, timeout=60)
+                done = subprocess.run(["bash", "-c", commands["explorer"]], cwd="/",
+                                      env=env_vars, capture_output=True, text=True, timeout=60)
                 assert done.returncode == 0, done.stderr
                 new_link = json.loads(done.stdout)["explorer_sign_in"]
                 assert new_link.startswith(f"{explorer_base}/-/memory/sign-in?ticket=")

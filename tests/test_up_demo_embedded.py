@@ -1,7 +1,8 @@
 """``memarc up --demo`` on the embedded defaults, as ``make demo`` runs it (issue 26, found by
-the newcomer's trial): the printed command for a new administration sign-in link runs as printed
-in a shell that names no database, and one SIGINT while the demo's cards are still being
-projected ends the process and the embedded PostgreSQL and Redis it started."""
+the newcomer's trial): the printed commands for new administration and explorer sign-in links
+run as printed in a shell that names no database nor data dir, from any folder, and one SIGINT
+while the demo's cards are still being projected ends the process and the embedded PostgreSQL
+and Redis it started."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def test_one_sigint_during_the_demo_projection_ends_everything(tmp_path):
         assert shell.returncode == 0, shell.stderr
         link = json.loads(shell.stdout)["sign_in_link"]
         assert link.startswith(f"http://127.0.0.1:{port}/admin/sign-in/link?code=")
+        # the explorer's, as printed, from another folder than the one memarc up runs in
+        command = json.loads(printed.group(1))["explorer"]
+        shell = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                               timeout=120, cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+        assert shell.returncode == 0, shell.stderr
+        assert json.loads(shell.stdout)["explorer_sign_in"].startswith(
+            f"http://127.0.0.1:{explorer_port}/-/memory/sign-in?ticket=")
 
         _wait_for("the projection under way", lambda: re.search(
             r"projected \d+/\d+ cards", log.read_text()), 240, proc, log)

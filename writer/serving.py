@@ -250,7 +250,8 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
         info["explorer_sign_in"] = f"{explorer_base}{SIGN_IN_PATH}?ticket={issue(secret)['ticket']}"
         info["new_sign_in_links"] = new_link_commands(
             explorer_base, f"http://{host}:{port}", demo_workspace,
-            settings.migrator_database_url if embedded_database else None)
+            settings.migrator_database_url if embedded_database else None,
+            Path(settings.data_dir).resolve())
         print(json.dumps(info, indent=2), file=out, flush=True)
         writer = create_app(settings, resources)
         worker = build_worker(resources)
@@ -283,19 +284,24 @@ async def _up(settings: Settings, host: str, port: int, explorer_port: int,
 
 
 def new_link_commands(explorer_base: str, writer_base: str, workspace: str | None,
-                      embedded_database_url: str | None = None) -> dict[str, str]:
+                      embedded_database_url: str | None = None,
+                      data_dir: Path | None = None) -> dict[str, str]:
     """The commands that print new one-time sign-in links while ``memarc up`` runs (no restart,
     no token revoked): ``{explorer, admin}`` (``admin`` names the demo workspace, else a
-    placeholder), with the path of this ``memarc``. The administration's link is written with
+    placeholder), with the path of this ``memarc``, so each runs as printed in any shell and
+    folder. The explorer's link is signed with the secret kept in the data dir: with
+    ``data_dir`` (absolute) the command sets ``MEMARC_DATA_DIR`` to it (the default, ``.memarc``,
+    is relative to the folder the command runs in). The administration's link is written with
     the migrator login: with ``embedded_database_url`` (the embedded PostgreSQL of ``memarc
     up``, which no environment variable names) the command sets
-    ``MEMARC_MIGRATOR_DATABASE_URL`` to it, so it runs as printed in any shell."""
+    ``MEMARC_MIGRATOR_DATABASE_URL`` to it."""
     memarc = Path(sys.executable).parent / "memarc"
     exe = str(memarc) if memarc.exists() else "memarc"
-    env = (f"MEMARC_MIGRATOR_DATABASE_URL={shlex.quote(embedded_database_url)} "
-           if embedded_database_url else "")
-    return {"explorer": f"{exe} explorer-sign-in-link --url {explorer_base}",
-            "admin": f"{env}{exe} sign-in-link --workspace {workspace or 'WORKSPACE'} "
+    secret_env = f"MEMARC_DATA_DIR={shlex.quote(str(data_dir))} " if data_dir else ""
+    db_env = (f"MEMARC_MIGRATOR_DATABASE_URL={shlex.quote(embedded_database_url)} "
+              if embedded_database_url else "")
+    return {"explorer": f"{secret_env}{exe} explorer-sign-in-link --url {explorer_base}",
+            "admin": f"{db_env}{exe} sign-in-link --workspace {workspace or 'WORKSPACE'} "
                      f"--url {writer_base}"}
 
 
