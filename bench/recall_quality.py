@@ -46,6 +46,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -318,26 +319,32 @@ async def part_bird_b(rows: list[dict]) -> None:
         await pair.close()
 
 
-async def part_bird_a(rows: list[dict]) -> None:
-    cards = bird_cards()
-    by_key = {c.key: c for c in cards}
+def bird_folds(cards: list[ImportCard]) -> Iterator[tuple[int, list[ImportCard], list[tuple]]]:
+    """``bird-a``'s two folds (module docstring): ``(fold, archive, asked)`` with ``archive``
+    every card but the other fold's solved questions and ``asked`` those questions as
+    ``(solved card, its database, "TUNE" | "REPORT")``."""
     solved = [c for c in cards if c.family == "solved_question"]
-    users: dict[str, list[str]] = defaultdict(list)
-    for s in solved:
-        for link in s.links:
-            users[link.target].append(s.key)
-    per: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for fold in (0, 1):
         kept = {s.key for i, s in enumerate(solved) if i % 2 == fold}
         # links go from solved questions to clauses, which every fold's archive keeps
         archive = [c for c in cards if c.family != "solved_question" or c.key in kept]
+        asked = [(s, _database_of(s), "REPORT" if _database_of(s) in BIRD_REPORT else "TUNE")
+                 for s in solved if s.key not in kept]
+        yield fold, archive, asked
+
+
+async def part_bird_a(rows: list[dict]) -> None:
+    cards = bird_cards()
+    by_key = {c.key: c for c in cards}
+    users: dict[str, list[str]] = defaultdict(list)
+    for s in cards:
+        for link in s.links if s.family == "solved_question" else ():
+            users[link.target].append(s.key)
+    per: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for fold, archive, asked in bird_folds(cards):
         pair, ids = await compared(f"quality_bird_fold{fold}", archive)
         try:
-            for s in solved:
-                if s.key in kept:
-                    continue
-                db = _database_of(s)
-                half = "REPORT" if db in BIRD_REPORT else "TUNE"
+            for s, db, half in asked:
                 for link in s.links:
                     clause = by_key[link.target]
                     # every pair counts in "all" (the clause is in every fold's archive, whether

@@ -15,8 +15,11 @@ database: ``bench/rules_sets.py`` runs them through the recall path.
 - ``critic`` (procedural, small): BIRD-CRITIC (``pg_0110_data.jsonl``, ``mysql_so_data.jsonl``)
   rows whose fixed SQL is a SELECT / WITH: the fix rendered as a procedure (as ``procedures``) is
   the rule of its database; the query is the narrative's prose before its first code.
-- ``lint`` (small, workspace-wide): sqlfluff's rules, rule = summary + best-practice prose
-  without its code; the query is the anti-pattern's SQL code alone (which rule does this break).
+- ``lint`` (workspace-wide): sqlfluff's rules, rule = summary + best-practice prose without its
+  code; the query is SQL that breaks the rule (which rule does this break): the anti-pattern's
+  code of the rule's documentation, and up to :data:`CASES_PER_RULE` of sqlfluff's own test cases
+  of the rule (``bench/fixtures/sqlfluff_rule_cases.jsonl``, ``bench/sqlfluff_cases.py``; tagged
+  ``case``), first in file order.
 
 Splits are deterministic: BIRD sets by database (sorted ``db_id``s, odd index REPORT, the split
 of ``bench/recall_quality.py``), ``lint`` by rule code (sorted codes, odd index REPORT). Spider-Syn
@@ -40,8 +43,12 @@ TABLES = DATASETS / "bird_minidev" / "dev_tables_cleaned.json"
 SQLFLUFF = DATASETS / "sqlfluff_rules" / "sqlfluff_rules.jsonl"
 CRITIC = [DATASETS / "bird_critic" / "pg_0110_data.jsonl",
           DATASETS / "bird_critic" / "mysql_so_data.jsonl"]
+SQLFLUFF_CASES = Path(__file__).resolve().parent / "fixtures" / "sqlfluff_rule_cases.jsonl"
 #: word Jaccard from which two rules of one database count as near-duplicates
 NEAR_DUP = 0.5
+#: sqlfluff test cases asked per rule at most (so that the layout rules' many cases do not make
+#: up most of a half)
+CASES_PER_RULE = 12
 
 
 @dataclass
@@ -275,10 +282,14 @@ def _code_and_prose(rst: str) -> tuple[str, str]:
     return code, prose
 
 
-def lint_set(rows: list[dict] | None = None) -> RuleSet:
-    """The ``lint`` set (module docstring)."""
+def lint_set(rows: list[dict] | None = None, cases: list[dict] | None = None) -> RuleSet:
+    """The ``lint`` set (module docstring); ``cases``: sqlfluff's test cases (default: the
+    fixture file's)."""
     if rows is None:
         rows = [json.loads(line) for line in SQLFLUFF.read_text().splitlines() if line.strip()]
+    if cases is None:
+        cases = [json.loads(line) for line in SQLFLUFF_CASES.read_text().splitlines()
+                 if line.strip()]
     codes = [r["code"] for r in rows]
     cards, queries = [], []
     for r in rows:
@@ -289,6 +300,12 @@ def lint_set(rows: list[dict] | None = None) -> RuleSet:
         code, _ = _code_and_prose(r.get("anti_pattern") or "")
         if code:
             queries.append(Query(code, key, None, half_of(r["code"], codes)))
+    asked: dict[str, int] = {}
+    for case in cases:
+        if case["code"] in codes and asked.get(case["code"], 0) < CASES_PER_RULE:
+            asked[case["code"]] = asked.get(case["code"], 0) + 1
+            queries.append(Query(case["fail_str"], f"lint-{case['code']}", None,
+                                 half_of(case["code"], codes), ("case",)))
     return RuleSet("lint", cards, queries)
 
 

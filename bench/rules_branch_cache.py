@@ -2,7 +2,10 @@
 path, so that fusion variants can be evaluated offline (``bench/tune_rules_sets.py``).
 
 For every query of every set of ``bench/rule_sets_data.py`` (as ``bench/rules_sets.py`` groups
-them), the product's ``rules`` recall runs through ``shared.recall.verified.recall`` with an index
+them), and for ``bird-a`` (the BIRD clause pairs of ``bench/recall_quality.py``'s ``bird-a`` part
+in ``rules`` mode: each fold's archive, the other fold's questions asked for the ``sql_rule``
+clauses they link to, with the question's database as filter (tag ``db``) and workspace-wide
+(tag ``ws``); the profile this issue started from was chosen on them), the product's ``rules`` recall runs through ``shared.recall.verified.recall`` with an index
 wrapper that asks the engine for *all* the collection's named vectors (``dense``, ``key``,
 ``own``, ``bm25``, ``key_bm25``, ``own_bm25``) with the filter and the seed count the real call
 uses, and records each branch's best-first ``(id, raw score)`` hits; the dense-only and BM25-only
@@ -29,8 +32,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.recall_quality import PEERS, QueryCache, compared  # noqa: E402
-from bench.rule_sets_data import all_sets  # noqa: E402
+from bench.recall_quality import (PEERS, QueryCache, bird_cards, bird_folds,  # noqa: E402
+                                  compared)
+from bench.rule_sets_data import Query, RuleSet, all_sets  # noqa: E402
 from shared.models import Filters, SearchRequest  # noqa: E402
 from shared.recall.verified import recall  # noqa: E402
 
@@ -105,9 +109,25 @@ async def record_set(rule_set: Any, limit: int | None, prefix: str, half: str | 
     return out
 
 
+def bird_a_folds() -> list[RuleSet]:
+    """``bird-a``'s two fold archives as rule sets (module docstring,
+    ``recall_quality.bird_folds``): one query per asked question, linked ``sql_rule`` clause and
+    scope."""
+    cards = bird_cards()
+    by_key = {c.key: c for c in cards}
+    folds = []
+    for fold, archive, asked in bird_folds(cards):
+        queries = [Query(s.content["question"], link.target, database, half, (scope,))
+                   for s, db, half in asked for link in s.links
+                   if by_key[link.target].family == "sql_rule"
+                   for scope, database in (("db", db), ("ws", None))]
+        folds.append(RuleSet(f"birda{fold}", archive, queries))
+    return folds
+
+
 async def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", default="evidence,procedures,critic,lint")
+    ap.add_argument("--sets", default="evidence,procedures,critic,lint,bird-a")
     ap.add_argument("--limit", type=int, default=None, help="about N queries per set")
     ap.add_argument("--half", choices=["TUNE", "REPORT"], default="TUNE",
                     help="the half recorded (default TUNE: what the profile is chosen on)")
@@ -119,6 +139,10 @@ async def main(argv: list[str] | None = None) -> None:
     for rule_set in all_sets():
         if rule_set.name in wanted:
             data[rule_set.name] = await record_set(rule_set, args.limit, "rbc_", args.half)
+    if "bird-a" in wanted:
+        data["bird-a"] = []
+        for fold in bird_a_folds():
+            data["bird-a"] += await record_set(fold, args.limit, "rbc_", args.half)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"seconds": round(time.perf_counter() - t0), "limit": args.limit,
                                     "half": args.half,

@@ -10,13 +10,27 @@ Candidates (all over the four branches of ``rules`` mode: ``key``, ``key_bm25``,
 ``own_bm25``): DBSF (clipped or not) and RRF (k 10 / 30 / 60) with every weight in
 :data:`GRID`, and DBSF with per-query confidence weighting (each branch's weight times
 ``1 + c × gap``, ``gap`` the branch's best score above its second in units of its score's
-standard deviation; :func:`shared.recall.fusion.dbsf_fuse`). Checks: each TUNE set
-(``evidence``, ``evidence neardup``, ``procedures``, ``critic``, ``lint``) at r@1 and r@3.
-Selection rule, written before the run: the largest smallest ratio ``candidate /
-max(dense only, BM25 only)`` over the ten checks; ties (within 1e-9) by the larger mean ratio,
-then by the smaller weight sum and the name. REPORT is never read (the cache holds TUNE only).
+standard deviation; :func:`shared.recall.fusion.dbsf_fuse`). Checks: each TUNE set at r@1 and
+r@3, and each of its tags (``evidence neardup``, ``lint case``, ``bird-a db``, ``bird-a ws``).
+Selection rules, each written before its run:
 
-Run: ``.venv/bin/python bench/tune_rules_sets.py [--cache FILE] [--check] [--top N]``.
+- ``--objective ratio`` (stop 30, five sets): the largest smallest ratio ``candidate /
+  max(dense only, BM25 only)`` over the checks; ties (within 1e-9) by the larger mean ratio, then
+  by the smaller weight sum and the name.
+- ``--objective margin`` (stop 31, six sets with ``bird-a`` and the larger ``lint``): the
+  largest smallest paired margin over the checks (:func:`paired_margin`: ``(W - L) / sqrt(W + L)``
+  against each peer, so a tie scores 0 and a lead counts in units of the check's own noise), then
+  as ``ratio``. (Run: every candidate's smallest margin was 0, a tie at ``critic`` r@1, so it
+  did not separate them.)
+- ``--objective pass`` (stop 31, same checks): the done-when's own test, estimated on TUNE: the
+  share of :data:`RESAMPLES` paired resamples (each check's pairs drawn with replacement, seed
+  27, the same draws for every candidate and the peers) in which the candidate is at or above
+  both peers at r@1 and r@3 on every check (:class:`PassRate`); only profiles the product
+  implements whose smallest ratio on TUNE itself is at least 0.97; ties as ``ratio``.
+
+REPORT is never read (the cache holds TUNE only).
+
+Run: ``.venv/bin/python bench/tune_rules_sets.py [--cache FILE ...] [--check] [--top N]``.
 """
 
 from __future__ import annotations
@@ -46,11 +60,14 @@ PEER_NAMES = ("dense only", "BM25 only")
 TOP = 10
 
 
-def load(path: Path) -> dict[str, list[dict]]:
-    """The recorded sets, every branch list as ``[(UUID, score), …]``."""
-    data = json.loads(path.read_text())
-    if data.get("half", "TUNE") != "TUNE":
-        raise SystemExit(f"{path} holds {data['half']}, not TUNE: nothing is tuned on it")
+def load(*paths: Path) -> dict[str, list[dict]]:
+    """The recorded sets of every file, every branch list as ``[(UUID, score), …]``."""
+    data: dict[str, Any] = {"sets": {}}
+    for path in paths:
+        part = json.loads(path.read_text())
+        if part.get("half", "TUNE") != "TUNE":
+            raise SystemExit(f"{path} holds {part['half']}, not TUNE: nothing is tuned on it")
+        data["sets"].update(part["sets"])
     for entries in data["sets"].values():
         for e in entries:
             for side in ("product", "peer"):
@@ -183,32 +200,84 @@ def batch_scores(top3: np.ndarray, rows: np.ndarray, where: np.ndarray) -> tuple
     return float(hit[:, 0].mean()), float(hit.any(axis=1).mean())
 
 
-def bootstrap(batch: Batch, spec: dict, by_check: dict, where: dict, n: int) -> float:
+def pair_hits(top3: np.ndarray, rows: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``(n, 2)`` booleans: each pair's wanted card first, and in the top 3."""
+    ok = (top3[rows] == where[:, None]) & (where[:, None] >= 0)
+    return np.stack([ok[:, 0], ok.any(axis=1)], axis=1)
+
+
+def peer_hits(by_check: dict) -> dict[str, list[np.ndarray]]:
+    """Per check, each peer's :func:`pair_hits` (as recorded, through :func:`fuse`)."""
+    out = {}
+    for c, pairs in by_check.items():
+        out[c] = []
+        for p in PEER_NAMES:
+            tops = [ranking(e["peer"][0], PEERS[p]) for e, _ in pairs]
+            out[c].append(np.array([[t[:1] == [w], w in t[:3]]
+                                    for t, (_, w) in zip(tops, pairs)]))
+    return out
+
+
+def paired_margin(mine: np.ndarray, peers: list[np.ndarray]) -> float:
+    """The smallest paired margin of a candidate over the peers on one check, at r@1 and r@3:
+    ``(W - L) / sqrt(W + L)`` with W the pairs the candidate finds and the peer misses, L the
+    reverse (the sign test's / McNemar's z; 0 where they never disagree). A tie at the check's
+    figure scores 0, a lead of a few queries out of many disagreements scores little: the rule
+    of selection "a margin, not a tie" in units of the check's own noise."""
+    out = np.inf
+    for peer in peers:
+        wins = (mine & ~peer).sum(axis=0)
+        losses = (~mine & peer).sum(axis=0)
+        n = wins + losses
+        z = np.where(n > 0, (wins - losses) / np.sqrt(np.maximum(n, 1)), 0.0)
+        out = min(out, float(z.min()))
+    return out
+
+
+def bootstrap(batch: Batch, spec: dict, where: dict, peers: dict, n: int) -> float:
     """Share of ``n`` resamples (with replacement, each check's pairs, seed 27) in which the
     candidate's r@1 and r@3 are at or above both peers' on every check: how likely a half of
     this size and kind is to show the candidate level with or above the peers."""
     rng = np.random.default_rng(27)
     mine = batch.top3(spec)
-    hits = {}
-    for c, pairs in by_check.items():
-        rows, wh = where[c]
-        ok = (mine[rows] == wh[:, None]) & (wh[:, None] >= 0)
-        peers = []
-        for p in PEER_NAMES:
-            tops = [ranking(e["peer"][0], PEERS[p]) for e, _ in pairs]
-            peers.append(np.array([[t[:1] == [w], w in t[:3]] for t, (_, w) in zip(tops, pairs)]))
-        hits[c] = (np.stack([ok[:, 0], ok.any(axis=1)], axis=1), peers)
+    hits = {c: (pair_hits(mine, *where[c]), peers[c]) for c in where}
     wins = 0
     for _ in range(n):
         good = True
-        for c, (m, peers) in hits.items():
+        for c, (m, ps) in hits.items():
             idx = rng.integers(0, len(m), len(m))
             mm = m[idx].mean(axis=0)
-            if any((mm < p[idx].mean(axis=0) - 1e-12).any() for p in peers):
+            if any((mm < p[idx].mean(axis=0) - 1e-12).any() for p in ps):
                 good = False
                 break
         wins += good
     return wins / n
+
+
+RESAMPLES = 500
+
+
+class PassRate:
+    """The ``pass`` objective (module docstring), vectorised: per check, a ``(RESAMPLES, n)``
+    matrix of how often each pair is drawn, so a resampled r@1 / r@3 is one matrix product."""
+
+    def __init__(self, where: dict, peers: dict, resamples: int = RESAMPLES):
+        rng = np.random.default_rng(27)
+        self.where, self.draws, self.best = where, {}, {}
+        for c in sorted(where):
+            n = len(where[c][0])
+            draws = np.zeros((resamples, n))
+            for b in range(resamples):
+                np.add.at(draws[b], rng.integers(0, n, n), 1.0)
+            self.draws[c] = draws / n
+            self.best[c] = np.maximum.reduce([self.draws[c] @ p.astype(float) for p in peers[c]])
+
+    def __call__(self, top3: np.ndarray) -> float:
+        ok = np.ones(next(iter(self.draws.values())).shape[0], dtype=bool)
+        for c, draws in self.draws.items():
+            mine = draws @ pair_hits(top3, *self.where[c]).astype(float)
+            ok &= (mine >= self.best[c] - 1e-12).all(axis=1)
+        return float(ok.mean())
 
 
 def candidates(confidence: tuple[float, ...] | None = None) -> list[tuple[str, dict]]:
@@ -247,19 +316,41 @@ def as_profile(spec: dict) -> FusionProfile | None:
                          confidence=spec.get("confidence", 0.0))
 
 
+def parse_candidate(label: str) -> FusionProfile:
+    """A candidate's label as printed (``dbsf [clip ]c=C k/kb/o/ob`` or ``rrf k=K k/kb/o/ob``,
+    weights of ``key``, ``key_bm25``, ``own``, ``own_bm25``) as the product's profile.
+
+    :raises ValueError: not such a label."""
+    parts = label.split()
+    weights = dict(zip(BRANCHES, (float(w) for w in parts[-1].split("/"))))
+    if len(weights) != len(BRANCHES):
+        raise ValueError(f"{label!r}: four weights wanted")
+    if parts[0] == "rrf" and len(parts) == 3 and parts[1].startswith("k="):
+        return FusionProfile(method="rrf", weights=weights, k=int(parts[1][2:]))
+    if parts[0] == "dbsf" and parts[-2].startswith("c=") and parts[1:-2] in ([], ["clip"]):
+        return FusionProfile(method="dbsf", weights=weights, clip=parts[1:-2] == ["clip"],
+                             confidence=float(parts[-2][2:]))
+    raise ValueError(f"{label!r} is not a product profile's label")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", type=Path, default=OUT)
+    ap.add_argument("--cache", type=Path, nargs="+", default=[OUT],
+                    help="one or more files of rules_branch_cache.py (their sets are merged)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--only", default=None, help="evaluate only candidates containing this")
     ap.add_argument("--bootstrap", type=int, default=0,
                     help="also resample each TUNE check's pairs N times: the share of resamples "
                          "in which each shown candidate is at or above both peers on every check")
+    ap.add_argument("--objective", choices=["ratio", "margin", "pass"], default="ratio",
+                    help="ratio: the largest smallest ratio to the better peer (ties by the mean "
+                         "ratio); margin: the largest smallest paired margin (paired_margin), "
+                         "ties by the smallest ratio, then the mean ratio")
     ap.add_argument("--confidence", default=None,
                     help="comma-separated confidence values (default: CONFIDENCE)")
     args = ap.parse_args(argv)
-    sets = load(args.cache)
+    sets = load(*args.cache)
     if args.check:
         print(f"offline = real on {check(sets)} rankings")
         return
@@ -270,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
     best = {c: tuple(max(peer_rows[p][c][i] for p in PEER_NAMES) for i in (0, 1)) for c in names}
     batch = Batch([e for entries in sets.values() for e in entries])
     where = {c: batch.pairs(by_check[c]) for c in names}
+    peers = peer_hits(by_check)
+    pass_rate = PassRate(where, peers) if args.objective == "pass" else None
 
     def ratios(got: dict[str, tuple[float, float]]) -> list[float]:
         return [got[c][i] / best[c][i] if best[c][i] else 1.0 for c in names for i in (0, 1)]
@@ -282,15 +375,26 @@ def main(argv: list[str] | None = None) -> None:
         top3 = batch.top3(spec)
         got = {c: batch_scores(top3, *where[c]) for c in names}
         r = ratios(got)
-        rows.append((min(r), sum(r) / len(r), float(sum(spec["w"])), label, got, spec))
-    rows.sort(key=lambda r: (-r[0], -r[1], r[2], r[3]))
-    print(f"{'candidate':40} {'min':>6} {'mean':>6}  " + "  ".join(f"{c:>17}" for c in names))
+        if pass_rate is not None:
+            if (min(r) < 0.97 or as_profile(spec) is None) and not label.startswith("current"):
+                continue
+            margin = pass_rate(top3)
+        else:
+            margin = min(paired_margin(pair_hits(top3, *where[c]), peers[c]) for c in names)
+        rows.append((min(r), sum(r) / len(r), float(sum(spec["w"])), label, got, spec, margin))
+    if args.objective in ("margin", "pass"):
+        rows.sort(key=lambda r: (-r[6], -r[0], -r[1], r[2], r[3]))
+    else:
+        rows.sort(key=lambda r: (-r[0], -r[1], r[2], r[3]))
+    head = "pass" if args.objective == "pass" else "margin"
+    print(f"{'candidate':40} {'min':>6} {'mean':>6} {head:>6}  "
+          + "  ".join(f"{c:>17}" for c in names))
     for peer in PEER_NAMES:
-        print(f"{peer:40} {'':>6} {'':>6}  " + "  ".join(
+        print(f"{peer:40} {'':>6} {'':>6} {'':>6}  " + "  ".join(
             f"{peer_rows[peer][c][0]:.3f} / {peer_rows[peer][c][1]:.3f}".rjust(17) for c in names))
     print("n: " + ", ".join(f"{c} {len(by_check[c])}" for c in names))
     shown = [r for r in rows if r[3].startswith("current")] + rows[:args.top]
-    for mn, mean, _, label, got, spec in shown:
+    for mn, mean, _, label, got, spec, margin in shown:
         profile = as_profile(spec)
         mark = "  (not in the product)"
         if profile is not None:
@@ -298,8 +402,8 @@ def main(argv: list[str] | None = None) -> None:
                      for c in names}
             mark = "" if exact == got else f"  (fuse differs: min {min(ratios(exact)):.3f})"
         if args.bootstrap:
-            mark += f"  bootstrap {bootstrap(batch, spec, by_check, where, args.bootstrap):.2f}"
-        print(f"{label[:40]:40} {mn:6.3f} {mean:6.3f}  " + "  ".join(
+            mark += f"  bootstrap {bootstrap(batch, spec, where, peers, args.bootstrap):.2f}"
+        print(f"{label[:40]:40} {mn:6.3f} {mean:6.3f} {margin:6.2f}  " + "  ".join(
             f"{got[c][0]:.3f} / {got[c][1]:.3f}".rjust(17) for c in names) + mark)
     print(f"{len(rows)} candidates")
 

@@ -1,11 +1,12 @@
 """The builders of issue 27's rule-retrieval sets (``bench/rule_sets_data.py``): the deterministic
 TUNE / REPORT split, near-duplicate tagging, SQL rendered as a procedure, sqlfluff's code kept
-out of the rule and used as the query. Small in-line rows; no dataset, database or model."""
+out of the rule and used as the query, sqlfluff's own test cases. Small in-line rows; no dataset, database or model."""
 
 from __future__ import annotations
 
-from bench.rule_sets_data import (clause_title, critic_set, evidence_set, half_of, lint_set,
-                                  procedure_text, top_level_clauses)
+from bench.rule_sets_data import (CASES_PER_RULE, clause_title, critic_set, evidence_set, half_of,
+                                  lint_set, procedure_text, top_level_clauses)
+from bench.sqlfluff_cases import extract
 
 ROWS = [
     {"db_id": "b_db", "question": "How many clients opened accounts in Prague?",
@@ -64,10 +65,36 @@ def test_lint_rule_has_no_code_and_the_query_is_the_anti_pattern_code():
                            "        voo.a\n    FROM foo voo",
            "best_practice": "Add ``AS``.\n\n.. code-block:: sql\n\n"
                             "    SELECT voo.a FROM foo AS voo"}
-    s = lint_set([row])
+    s = lint_set([row], cases=[])
     assert "FROM foo" not in s.cards[0].content["rule"]
     assert s.queries[0].text == "SELECT voo.a FROM foo voo"
     assert s.queries[0].wanted == "lint-AL01" and s.queries[0].database is None
+
+
+def test_lint_asks_sqlfluffs_own_cases_of_known_rules_at_most_cases_per_rule():
+    row = {"code": "AL01", "summary": "Implicit/explicit aliasing of table.",
+           "anti_pattern": "", "best_practice": "Add ``AS``."}
+    cases = [{"code": "AL01", "case": f"t{i}", "dialect": None, "fail_str": f"select a from t{i} x"}
+             for i in range(CASES_PER_RULE + 3)]
+    cases.append({"code": "ZZ99", "case": "t", "dialect": None, "fail_str": "select 1"})
+    s = lint_set([row], cases=cases)
+    assert [q.text for q in s.queries] == [c["fail_str"] for c in cases[:CASES_PER_RULE]]
+    assert {(q.wanted, q.tags, q.half) for q in s.queries} == {("lint-AL01", ("case",), "TUNE")}
+
+
+def test_sqlfluff_cases_keep_default_settings_single_rule_unambiguous_cases():
+    files = {"AL01.yml": "rule: AL01\nt1:\n  fail_str: select a from t x\n"
+                         "t2:\n  fail_str: select b from t x\n  configs:\n    rules:\n"
+                         "      aliasing.table:\n        aliasing: implicit\n"
+                         "t3:\n  fail_str: select c from t x\n  configs:\n    core:\n"
+                         "      dialect: bigquery\n"
+                         "t4:\n  pass_str: select d from t AS x\n"
+                         "t5:\n  fail_str: select 1\n",
+             "CP01.yml": "rule: CP01\nt1:\n  fail_str: select 1\n",
+             "AL02_LT01.yml": "rule: AL02, LT01\nt1:\n  fail_str: select e f\n"}
+    got = extract(files, {"AL01", "CP01", "AL02", "LT01"})
+    assert [(c["case"], c["dialect"], c["fail_str"]) for c in got] == [
+        ("t1", None, "select a from t x"), ("t3", "bigquery", "select c from t x")]
 
 
 def test_critic_keeps_select_fixes_and_asks_with_the_prose_before_the_code():
