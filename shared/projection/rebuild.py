@@ -52,6 +52,7 @@ from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
+from shared.projection.lease import renew_periodically
 from shared.projection.project import build_points
 from shared.store import activity, cards, outbox, rebuilds, workspaces
 from shared.store.database import Connection, Database, lock_workspace
@@ -135,21 +136,6 @@ def _diff(current: dict[uuid.UUID, Inputs], written: dict[uuid.UUID, Inputs]) ->
     return sorted(changed + gone, key=str)
 
 
-async def _keep_lease(db: Database, workspace: str, rebuild_id: uuid.UUID,
-                      lease_seconds: int) -> None:
-    """Renew the rebuild's lease every third of it until cancelled, so that a long optimize
-    step or catch-up (which record no progress) is never taken for an abandoned rebuild and
-    claimed by a second worker. A failed renewal is logged and tried again next time."""
-    while True:
-        await asyncio.sleep(max(lease_seconds / 3, 0.05))
-        try:
-            async with db.transaction(workspace) as conn:
-                await rebuilds.renew(conn, rebuild_id, lease_seconds)
-        except Exception as exc:  # the rebuild itself notices a lost database
-            log.warning("could not renew the lease of index rebuild %s: %s", rebuild_id,
-                        getattr(exc, "message", exc))
-
-
 #: how long a rebuild interrupted by a PostgreSQL outage keeps trying to put itself back in the
 #: queue (then its lease expiring is the way back)
 RELEASE_RETRY_SECONDS = 60.0
@@ -222,7 +208,9 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
     started = time.perf_counter()
     target: str | None = None
     switched = False
-    heartbeat = asyncio.create_task(_keep_lease(db, workspace, rebuild_id, lease_seconds))
+    heartbeat = asyncio.create_task(renew_periodically(
+        db, workspace, lambda conn: rebuilds.renew(conn, rebuild_id, lease_seconds), lease_seconds,
+        f"index rebuild {rebuild_id}"))
     try:
         target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
         current = await _current(db, workspace)

@@ -83,6 +83,18 @@ async def lease(conn: AsyncConnection, workspace_id: str, op_id: int | None, *, 
     return await cur.fetchall()
 
 
+async def renew(conn: AsyncConnection, ops: list[dict[str, Any]], lease_seconds: float) -> int:
+    """Extend the leases of ``ops`` (rows :func:`lease` returned) to ``lease_seconds`` from now,
+    each only while it is still running on the attempt it was leased with.
+
+    :returns: how many leases were extended (fewer: another worker took some over after they
+        expired, or they are done)."""
+    cur = await conn.execute(Q.outbox_renew, {
+        "ids": [o["id"] for o in ops], "attempts": [o["attempts"] for o in ops],
+        "lease_seconds": lease_seconds})
+    return len(await cur.fetchall())
+
+
 async def fail(conn: AsyncConnection, op_ids: list[int], error: str, max_attempts: int) -> None:
     """Give leased operations back with ``error`` (its first 2,000 characters): ``pending``
     again, or ``failed`` once they have had ``max_attempts`` attempts."""

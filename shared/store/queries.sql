@@ -293,6 +293,16 @@ SET status = 'running', attempts = o.attempts + 1, updated_at = now(),
 WHERE o.id IN (SELECT id FROM given UNION ALL SELECT id FROM others)
 RETURNING o.id, o.card_id, o.op, o.revision, o.attempts;
 
+-- name: outbox_renew
+-- Extend the leases a job still holds: each operation while it is running on the attempt the job
+-- leased it with (a claim after an expiry counts one more attempt, so a lease another worker
+-- took over is never extended). updated_at is left alone: migration 017's stamps use it.
+UPDATE projection_ops o
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS l(id, attempts)
+WHERE o.id = l.id AND o.attempts = l.attempts AND o.status = 'running'
+RETURNING o.id;
+
 -- name: outbox_complete
 -- Mark operations done (an operation done already keeps its completion time).
 UPDATE projection_ops
