@@ -342,13 +342,18 @@ def clean_session_id(session_id: str, field: str = "session_id") -> str:
     its decided cards, the session a recall runs in).
 
     :raises InvalidInput: blank, over 200 characters, a ``/`` (no session route can name it, so
-        no such session can hold proposals or decided cards) or a NUL character (names ``field``).
+        no such session can hold proposals or decided cards), ``.`` or ``..`` (browsers and
+        proxies resolve such a path segment away, so its review page could not be opened) or a
+        NUL character (names ``field``).
     """
     session_id = session_id.strip()
     if not session_id or len(session_id) > 200:
         raise InvalidInput("a session id is 1..200 characters", field=field)
     if "/" in session_id:
         raise InvalidInput("a session id cannot contain '/'", field=field)
+    if session_id in (".", ".."):
+        raise InvalidInput(f"a session id cannot be {session_id!r}: it names no page in a URL",
+                           field=field)
     reject_nul(session_id, field)
     return session_id
 

@@ -78,6 +78,22 @@ async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_it(make_
         assert env.scalar("SELECT count(*) FROM memory.admin_sessions WHERE ended_at IS NULL") == 0
 
 
+async def test_a_reviewer_lands_on_the_review_queue_and_an_editor_on_the_cards(make_env):
+    """A reviewer who cannot edit cards starts where their work is (the sessions), not on a
+    card list that says they cannot edit; ``/admin`` sends each to the same page."""
+    async with make_env() as env:
+        env.workspace("acme")
+        for permissions, page in ((("memory.review",), "sessions"),
+                                  (("memory.review", "memory.manage"), "cards"),
+                                  (("memory.read",), "cards")):
+            env.client.cookies.clear()
+            r = await sign_in(env, env.token("acme", *permissions))
+            assert r.headers["location"] == f"{ADMIN}/{page}", (permissions, r.headers)
+            r = await env.client.get("/admin")
+            assert r.status_code == 303 and r.headers["location"] == f"{ADMIN}/{page}"
+            assert (await env.client.get(r.headers["location"])).status_code == 200
+
+
 async def test_a_wrong_token_does_not_sign_in(make_env):
     async with make_env() as env:
         env.workspace("acme")
@@ -255,6 +271,58 @@ async def test_saves_answer_three_ways_and_name_the_token_in_the_activity(make_e
         assert "Saved and indexed (revision 2)" in page.text
 
 
+async def test_a_form_out_of_bounds_says_so_in_plain_words_next_to_its_field(make_env):
+    """A bound the card body's type checks (msgspec's ``Expected `str` of length <= 200 - at
+    `$.title```) is shown in a person's words next to its field, never as the decoder's text;
+    a tampered hidden field (the revision) is reported at the top, not as a field "marked
+    below" that no one can see. Nothing is written."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await sign_in(env, h)
+        token = await csrf(env.client, f"{ADMIN}/cards/new")
+        card = await new_rule(env, h, "Fiscal year")
+        cases = [
+            ({"title": "t" * 201}, "error-title", "The title is longer than 200 characters."),
+            ({"concepts": "c" * 101}, "error-concepts", "Concept 1 is longer than 100 characters."),
+            ({"concepts": "\n".join(f"c{i}" for i in range(51))}, "error-concepts",
+             "A card holds at most 50 concepts."),
+            ({"link-0-meaning": "see"}, "error-links[0]",
+             "The target of link row 1 is blank: fill it in, or clear the whole row."),
+        ]
+        before = counts(env)
+        for extra, field_id, words in cases:
+            r = await env.client.post(f"{ADMIN}/cards/new", data={
+                **card_form("Typed title"), **extra, "_csrf_token": token})
+            assert r.status_code == 422, (extra, r.text[:300])
+            assert f'id="{field_id}"' in r.text and words in r.text, (extra, words)
+            assert "Expected `" not in r.text and "$." not in r.text, extra
+        r = await env.client.post(f"{ADMIN}/cards/{card}", data={
+            **card_form("Fiscal year"), "revision": "x", "_csrf_token": token})
+        assert r.status_code == 422
+        assert "an update must name the revision it edits" in r.text, r.text[:2000]
+        assert "See the field marked below" not in r.text
+        assert row_changes(before, counts(env)) == {"activity": len(cases) + 1}
+
+
+async def test_a_card_list_address_out_of_bounds_says_what_is_wrong(make_env):
+    """An unknown family is refused (it used to list every card as if unfiltered), and a query
+    over its length says which parameter and why, not "Validation failed for GET …"."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        await new_rule(env, h, "Fiscal year")
+        await sign_in(env, h)
+        r = await env.client.get(f"{ADMIN}/cards", params={"family": "bogus"})
+        assert r.status_code == 422 and "there is no family &#39;bogus&#39;" in r.text, r.text[:3000]
+        assert "sql_rule" in r.text and "Fiscal year" not in r.text
+        r = await env.client.get(f"{ADMIN}/cards", params={"q": "q" * 5000})
+        assert r.status_code == 400 and "q: " in r.text and "200" in r.text, r.text[:3000]
+        assert "Validation failed" not in r.text
+        r = await env.client.get(f"{ADMIN}/cards/mem-00000000-0000-4000-8000-000000000000/activity")
+        assert r.status_code == 404 and "This card was deleted" not in r.text
+
+
 async def test_a_stale_save_never_overwrites_and_can_be_applied_again(make_env):
     async with make_env() as env:
         env.workspace("acme")
@@ -312,6 +380,9 @@ async def test_delete_asks_names_what_goes_and_says_what_was_removed(make_env):
         assert "1 outgoing link: to “Target” (refines)" in text
         assert env.scalar("SELECT count(*) FROM memory.cards") == 2
         assert env.scalar("SELECT count(*) FROM memory.card_links") == 0
+        # the deleted card keeps its activity page
+        r = await env.client.get(f"{ADMIN}/cards/{doomed['id']}/activity")
+        assert r.status_code == 200 and "This card was deleted." in r.text
 
 
 async def test_pending_lists_operations_and_retries_each_and_all(make_env):

@@ -409,6 +409,10 @@ async def test_a_reviewer_sees_pending_updates_without_retry_in_chromium(make_en
                 await page.goto(f"{base}/admin/sign-in")
                 await page.fill("#token", reviewer["Authorization"].removeprefix("Bearer "))
                 await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                # a reviewer starts on the review queue; the card list says what they cannot do
+                assert page.url.endswith("/admin/workspaces/acme/sessions"), page.url
+                assert "sessions waiting for review" in await text(page, "h3")
+                await navigate(page, page.click(".memarc-nav >> text=Cards"))
                 assert "Your token holds memory.review: it cannot edit cards." in await text(page)
                 assert await page.locator("text=New card").count() == 0
                 await look(page, "reviewer-cards", size)
@@ -484,7 +488,7 @@ async def test_a_reviewer_reviews_a_session_in_chromium(make_env, chromium, widt
                 await page.goto(f"{base}/admin/sign-in")
                 await page.fill("#token", reviewer["Authorization"].removeprefix("Bearer "))
                 await navigate(page, page.click("input[type=submit][value='Sign in']"))
-                await navigate(page, page.click(".memarc-nav >> text=Sessions to review"))
+                assert page.url.endswith("/admin/workspaces/acme/sessions"), page.url  # landed
                 assert "1 session waiting for review" in await text(page, "h3")
                 row = await text(page, "#sessions tbody tr")
                 assert row.startswith("analysis-2026-12-03 2 1 0"), row

@@ -401,3 +401,49 @@ async def test_recall_results_fit_the_window(make_env, chromium, width, height):
 RANK_LABELS = [("seed_rank", "seed"), ("key_rank", "key"), ("dense_rank", "dense"),
                ("bm25_rank", "bm25"), ("key_bm25_rank", "key bm25"), ("own_rank", "own"),
                ("own_bm25_rank", "own bm25")]
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_activity_page_wraps_long_details_and_reds_only_failures(make_env, chromium,
+                                                                       width, height):
+    """The activity page at 1280×800 and 1920×1080 after a request rejected with a 5,000-
+    character session id (its detail holds an unbroken word of hundreds of characters) and an applied review: the table
+    does not scroll sideways, the detail cell wraps inside the window, and only the rejected
+    outcome is drawn in the failure colour (an applied review is a success)."""
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    sessions = "/api/workspaces/acme/sessions"
+    proposal = {"key": "k1", "kind": "addition", "decisions": [{"id": "d", "status": "approved"}],
+                "family": "sql_rule", "title": "Fiscal year", "content": {"rule": "April 1st."}}
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme", "memory.manage", "memory.propose", "memory.review")
+        r = await env.client.post(f"{sessions}/{'x' * 5000}/proposals",
+                                  json={"proposals": [proposal]}, headers=h)
+        assert r.status_code in (400, 422), r.text[:300]
+        r = await env.client.post(f"{sessions}/s1/proposals", json={"proposals": [proposal]},
+                                  headers=h)
+        assert r.status_code == 201, r.text
+        r = await env.client.post(f"{sessions}/s1/review", headers=h, json={
+            "review_id": "r1", "selected": [{"key": "k1"}]})
+        assert r.status_code == 200, r.text
+        async with explorer_page(env, chromium, width, height) as (page, base):
+            await page.goto(f"{base}/-/memory/acme/-/activity")
+            await page.screenshot(path=str(OUT / f"explorer-{size}-activity.png"), full_page=True)
+            screen = await page.evaluate(SIDEWAYS_JS)
+            assert screen["table"] <= screen["wrapper"] and screen["page"] <= width, screen
+            cells = await page.evaluate("""() => [...document.querySelectorAll(
+                'table.rows-and-columns tbody tr')].map(tr => ({
+                  outcome: tr.querySelector('td.col-outcome').innerText.trim(),
+                  colour: getComputedStyle(tr.querySelector('td.col-outcome')).color,
+                  detail: tr.querySelector('td.col-detail').innerText.length,
+                  detail_width: tr.querySelector('td.col-detail').clientWidth,
+                  right: tr.querySelector('td.col-detail').getBoundingClientRect().right}))""")
+            outcomes = {c["outcome"]: c["colour"] for c in cells}
+            assert "applied" in outcomes and any(o.startswith("rejected") for o in outcomes), cells
+            failed = {c for o, c in outcomes.items() if o.startswith("rejected")}
+            assert outcomes["applied"] not in failed, outcomes
+            long_detail = max(cells, key=lambda c: c["detail"])
+            assert long_detail["detail"] >= 500 and long_detail["right"] <= width, long_detail
+            # and wide enough to read: at least 18 em of the page's 16 px font
+            assert long_detail["detail_width"] >= 280, long_detail

@@ -390,3 +390,33 @@ async def test_a_failed_mutation_is_recorded_as_failed(make_env):
             rows = conn.execute("SELECT actor, verb, outcome, at IS NOT NULL FROM memory.activity"
                                 ).fetchall()
         assert rows == [("test:operator", "audit-repair", "failed:index_unavailable", True)]
+
+
+async def test_a_body_nested_too_deeply_is_a_400_recorded_as_rejected(make_env, subtests):
+    """A JSON body nested deeper than the decoder's recursion limit (msgspec raises
+    ``RecursionError``) is the client's fault: 400 ``bad_request`` on every JSON route, an
+    activity record of the mutating ones, nothing else written. It used to be a 500."""
+    deep = "[" * 5000 + "]" * 5000
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme", "memory.manage", "memory.propose", "memory.review")
+        card = (await env.client.post(BASE, json=RULE, headers=h)).json()["card"]["id"]
+        with psycopg.connect(env.migrator_url, autocommit=True) as conn:
+            for method, path, verb in (("POST", BASE, "create"),
+                                       ("PUT", f"{BASE}/{card}", "update"),
+                                       ("POST", f"{BASE}/search", None),
+                                       ("POST", f"{SESSION}/proposals", "propose"),
+                                       ("POST", f"{SESSION}/review", "review")):
+                with subtests.test(route=f"{method} {path}"):
+                    before = archive_row_counts(conn)
+                    r = await env.client.request(method, path, content=deep,
+                                                 headers={**h, "Content-Type": "application/json"})
+                    assert r.status_code == 400, (r.status_code, r.text[:300])
+                    body = r.json()
+                    assert body["code"] == "bad_request" and "nested too deeply" in body["detail"]
+                    changed = row_changes(before, archive_row_counts(conn))
+                    assert changed == ({"activity": 1} if verb else {}), changed
+                    if verb:
+                        a = (await env.client.get(f"{BASE}/activity", params={"limit": 1},
+                                                  headers=h)).json()["activity"][0]
+                        assert a["outcome"] == "rejected:bad_request", a

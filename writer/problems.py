@@ -164,6 +164,24 @@ def _name_allowed_values(request: Request, error: Any) -> Any:
     return {**error, "message": with_allowed(error["message"], type_, path)}
 
 
+#: msgspec's message when a body nests deeper than the interpreter's recursion limit allows.
+_TOO_DEEP = "while deserializing"
+
+
+def too_deeply_nested(exc: BaseException) -> bool:
+    """True for the ``RecursionError`` msgspec raises while decoding a body nested deeper than
+    Python's recursion limit (about 1,000 levels of ``[`` or ``{``): the client's fault, a 400,
+    not an internal error. Any other ``RecursionError`` stays a 500."""
+    return isinstance(exc, RecursionError) and _TOO_DEEP in str(exc)
+
+
+def _too_deep(request: Request, exc: RecursionError) -> Response:
+    if not too_deeply_nested(exc):
+        return _internal_error(request, exc)
+    return problem(400, "The request could not be read.",
+                   "the JSON body is nested too deeply to be read", "bad_request", request)
+
+
 def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(500, "Internal error", "the archive could not complete the request",
@@ -174,6 +192,7 @@ def _internal_error(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     ArchiveError: _archive_error,
     HTTPException: _http_error,
+    RecursionError: _too_deep,
     Exception: _internal_error,
 }
 
@@ -190,7 +209,10 @@ async def record_boundary_rejection(exc: Exception, scope: Scope) -> None:
     if not verb or principal is None or not isinstance(workspace, str) \
             or is_recorded(exc):
         return
-    if isinstance(exc, HTTPException) and not isinstance(exc, ArchiveError):
+    if too_deeply_nested(exc):
+        exc = BoundaryRejection("the JSON body is nested too deeply to be read", status=400,
+                                code="bad_request", cause=exc)
+    elif isinstance(exc, HTTPException) and not isinstance(exc, ArchiveError):
         code = "bad_request" if isinstance(exc, ValidationException) else _HTTP_CODES.get(
             exc.status_code, "http_error")
         exc = BoundaryRejection(str(exc.detail), status=exc.status_code, code=code, cause=exc)

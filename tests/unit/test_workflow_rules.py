@@ -120,8 +120,9 @@ def test_a_review_id_is_trimmed():
 
 def test_a_session_id_is_trimmed_and_1_to_200_characters():
     assert clean_session_id("  s 1:x ") == "s 1:x"
-    for bad in ("   ", "x" * 201, "a\x00b"):
+    for bad in ("   ", "x" * 201, "a\x00b", "a/b", ".", " .. "):
         assert refusal(clean_session_id, bad).extra["field"] == "session_id"
+    assert clean_session_id("...") == "..." and clean_session_id("a..b") == "a..b"
 
 
 # ---- the card a proposal would write ----

@@ -20,6 +20,7 @@ from litestar.params import FromQuery, Parameter
 from litestar.response import Template
 
 from shared.archive.browser_sessions import OpenedSession
+from shared.auth import Principal
 from shared.errors import Unauthorized
 from writer.auth import client_address
 from writer.routes.admin.pages import (COOKIE, PREFIX, Person, Urls, local_next, provide_person,
@@ -34,10 +35,19 @@ REASONS = {
 }
 
 
+def landing(principal: Principal) -> str:
+    """The first page of a signed-in person: the review queue (the workspace's sessions) for
+    a reviewer who cannot edit cards, the card list for everyone else."""
+    urls = Urls(principal.workspace)
+    if "memory.review" in principal.permissions and "memory.manage" not in principal.permissions:
+        return urls.sessions()
+    return urls.cards()
+
+
 def _signed_in(request: Request, opened: OpenedSession, next_url: str | None) -> Response:
-    """303 to ``next_url`` (a page of the administration) or the workspace's cards, with the
-    session cookie."""
-    response = see_other(local_next(next_url) or Urls(opened.principal.workspace).cards())
+    """303 to ``next_url`` (a page of the administration) or the person's landing page
+    (:func:`landing`), with the session cookie."""
+    response = see_other(local_next(next_url) or landing(opened.principal))
     seconds = int((opened.expires_at - datetime.now(timezone.utc)).total_seconds())
     response.set_cookie(COOKIE, opened.secret, path=PREFIX, max_age=max(seconds, 1),
                         httponly=True, samesite="strict", secure=request.url.scheme == "https")
@@ -76,7 +86,7 @@ async def home(request: Request) -> Response:
         principal = await sessions(request).principal(request.cookies.get(COOKIE))
     except Unauthorized:
         return see_other(f"{PREFIX}/sign-in")
-    return see_other(Urls(principal.workspace).cards())
+    return see_other(landing(principal))
 
 
 @get("/sign-in", name="admin_sign_in_form")

@@ -16,6 +16,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, Parameter
 
 from shared import models
+from shared.archive.activity import record_rejection
 from shared.archive.cards import Archive
 from shared.errors import Forbidden, InvalidInput, NotFound, StaleRevision
 from shared.store.listing import ListQuery
@@ -44,6 +45,20 @@ async def _pairs(request: Request) -> list[tuple[str, str]]:
     return [(k, v) for k, v in form.multi_items() if isinstance(v, str)]
 
 
+async def _body(form: forms.CardForm, archive: Archive, person: Person, workspace_id: str,
+                verb: str, card_id: str | None = None) -> models.CardWrite:
+    """The card body of ``form``; a value out of its bounds is recorded as a rejected ``verb``
+    (as the JSON route records it) before it is raised.
+
+    :raises InvalidInput: the form's value out of bounds (the field named)."""
+    try:
+        return form.body()
+    except InvalidInput as exc:
+        await record_rejection(archive.db, person.principal, workspace_id, verb, exc,
+                               card_uuid=models.parse_card_id(card_id) if card_id else None)
+        raise
+
+
 async def _save_wait(archive: Archive) -> float:
     """How long a save waits for its projection: none when the queue is down (it cannot
     complete: the page says so at once)."""
@@ -60,7 +75,10 @@ async def card_list(person: NamedDependency[Person], archive: NamedDependency[Ar
     linking to its edit page; a ``memory.read`` person gets the read-only page."""
     if not person.can_manage:
         return render("read_only.html", person)
-    query = ListQuery(q=q or None, family=[family] if family in models.FAMILIES else [],
+    if family and family not in models.FAMILIES:
+        raise InvalidInput(f"there is no family {family!r}; the families are "
+                           f"{', '.join(models.FAMILIES)}", field="family")
+    query = ListQuery(q=q or None, family=[family] if family else [],
                       sort="updated", page=page, per_page=PER_PAGE)
     result = await archive.list_cards(person.principal, workspace_id, query)
     pages = max(1, -(-result.total // PER_PAGE))
@@ -100,7 +118,8 @@ async def create_card(request: Request, person: NamedDependency[Person],
     form = forms.from_pairs(await _pairs(request))
     form.revision = None
     try:
-        result = await archive.create_card(person.principal, workspace_id, form.body(),
+        body = await _body(form, archive, person, workspace_id, "create")
+        result = await archive.create_card(person.principal, workspace_id, body,
                                            await _save_wait(archive))
     except InvalidInput as exc:
         form.put_error(exc)
@@ -134,7 +153,8 @@ async def update_card(request: Request, person: NamedDependency[Person],
     overwritten); 422 with the form as typed when it is not valid (nothing written)."""
     form = forms.from_pairs(await _pairs(request))
     try:
-        result = await archive.update_card(person.principal, workspace_id, card_id, form.body(),
+        body = await _body(form, archive, person, workspace_id, "update", card_id)
+        result = await archive.update_card(person.principal, workspace_id, card_id, body,
                                            await _save_wait(archive))
     except StaleRevision:
         fresh = await archive.get_card(person.principal, workspace_id, card_id)
@@ -210,13 +230,18 @@ async def delete_card(request: Request, person: NamedDependency[Person],
 async def card_activity(person: NamedDependency[Person], archive: NamedDependency[Archive],
                         workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId]
                         ) -> Response:
-    """Who changed the card, what, when (and the attempts that were refused)."""
+    """Who changed the card, what, when (and the attempts that were refused); a deleted card
+    keeps its activity.
+
+    :raises NotFound: no such card and no activity names it (it never existed here)."""
     _require_manage(person)
     entries = await archive.activity(person.principal, workspace_id, card_id=card_id, limit=200)
     title = None
     try:
         title = (await archive.get_card(person.principal, workspace_id, card_id)).card.title
     except NotFound:  # a deleted card keeps its activity
+        if not entries.total:
+            raise
         title = None
     return render("activity.html", person, card_id=card_id, title=title,
                   entries=entries.activity, total=entries.total)

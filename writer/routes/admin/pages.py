@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, PermissionDeniedException
+from litestar.exceptions import HTTPException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect, Template
 
 from shared.archive.browser_sessions import BrowserSessions
@@ -184,6 +184,13 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
                               "older than your sign-in, or it came from another site). "
                               "Nothing was saved: go back, reload the page and try again.",
                       code="csrf")
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        # a query or path value out of its bounds: say which, not "Validation failed for GET …"
+        reasons = "; ".join(f"{e.get('key')}: {e.get('message')}" for e in exc.extra
+                            if isinstance(e, dict))
+        return render("error.html", None, status=exc.status_code, title="Not valid",
+                      message=f"This address asks for something the page cannot show "
+                              f"({reasons}). Go back and change it.", code="bad_request")
     return render("error.html", None, status=exc.status_code, title=str(exc.detail),
                   message=str(exc.detail), code="http_error")
 
