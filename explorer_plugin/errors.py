@@ -14,6 +14,7 @@ from datasette import Response
 from datasette.utils.asgi import Base400
 
 from shared.errors import ArchiveError, BadRequest, InvalidInput
+from shared.validation_words import plain_message
 
 from . import render, sign_in
 from .export import json_response
@@ -51,7 +52,7 @@ def _shown(message: str, status: int) -> dict[str, Any]:
 def _describe(exc: BaseException) -> _Error:
     if isinstance(exc, ArchiveError):
         status = error_status(exc)
-        page = _shown(exc.message, status)
+        page = _shown(plain_message(exc.message), status)  # the decoder's words, for people
         return _Error(status, page, {"ok": False, **page, "code": exc.code})
     if isinstance(exc, Base400):
         status = getattr(exc, "status", 400)

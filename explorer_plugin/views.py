@@ -19,6 +19,7 @@ from shared.auth import Principal
 from shared.errors import Forbidden, IndexUnavailable, InvalidInput, Unavailable
 from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MODES, ORIGINS, Card,
                            RecallResponse, SearchRequest)
+from shared.validation_words import plain_message
 
 from . import access, export, paging, params, render, resources, sign_in, urls
 
@@ -221,7 +222,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
             context["response"] = await verified_recall(datasette, request, workspace, req)
         except (InvalidInput, Forbidden, Unavailable) as exc:
             # shown with the form, so the search can be corrected (like Datasette's SQL errors)
-            context["error"] = exc.message
+            context["error"] = plain_message(exc.message)  # a person's words (the page's)
             status = 503 if isinstance(exc, Unavailable) else 400
     if context["response"] is not None:
         context["results"] = _result_rows(context["response"])

@@ -286,7 +286,7 @@ async def test_a_form_out_of_bounds_says_so_in_plain_words_next_to_its_field(mak
             ({"title": "t" * 201}, "error-title", "The title is longer than 200 characters."),
             ({"concepts": "c" * 101}, "error-concepts", "Concept 1 is longer than 100 characters."),
             ({"concepts": "\n".join(f"c{i}" for i in range(51))}, "error-concepts",
-             "A card holds at most 50 concepts."),
+             "At most 50 concepts are allowed."),
             ({"link-0-meaning": "see"}, "error-links[0]",
              "The target of link row 1 is blank: fill it in, or clear the whole row."),
         ]

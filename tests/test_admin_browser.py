@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -69,6 +70,20 @@ async def look(page, name: str, size: str) -> None:
 async def text(page, selector: str = "body") -> str:
     return re.sub(r"\s+", " ", await page.inner_text(selector))
 
+
+async def dismissing(page: Any, selector: str) -> list[tuple[str, str]]:
+    """Click ``selector`` and dismiss the dialog it opens (a person answering Cancel): the
+    dialogs seen, as ``(type, message)``."""
+    asked: list[tuple[str, str]] = []
+
+    async def dismiss(dialog: Any) -> None:
+        asked.append((dialog.type, dialog.message))
+        await dialog.dismiss()
+
+    page.once("dialog", lambda d: asyncio.ensure_future(dismiss(d)))
+    await page.click(selector)
+    await page.wait_for_timeout(500)
+    return asked
 
 async def navigate(page, action) -> None:
     """Run ``action`` (a click or a submit) and wait for the page it loads."""
@@ -188,16 +203,8 @@ async def test_a_person_administers_cards_in_chromium(make_env, chromium, width,
                 # leaving by another link with unsaved typing: the browser asks first
                 await page.click("#title")
                 await page.keyboard.type(" (unsaved)")
-                kinds: list[str] = []
-
-                async def stay(dialog) -> None:
-                    kinds.append(dialog.type)
-                    await dialog.dismiss()
-
-                page.once("dialog", lambda d: asyncio.ensure_future(stay(d)))
-                await page.click(".memarc-nav >> text=Cards")
-                await page.wait_for_timeout(500)
-                assert kinds == ["beforeunload"] and page.url == card_url
+                asked = await dismissing(page, ".memarc-nav >> text=Cards")
+                assert [kind for kind, _ in asked] == ["beforeunload"] and page.url == card_url
                 assert await page.input_value("#title") == "Orders: my title (unsaved)"
                 await page.goto(card_url)  # (the test's own navigation is not asked about)
 
@@ -503,10 +510,16 @@ async def test_a_reviewer_reviews_a_session_in_chromium(make_env, chromium, widt
                 assert await page.is_checked("#p0-keep") and await page.is_checked("#p2-keep")
                 await page.fill("#p0-title", "Active customer (last 30 days)")
                 await page.uncheck("#p1-keep")  # the solved question is declined
+                await page.fill("#p1-title", "")  # its blank title must not block Apply
                 await look(page, "review-summary", size)
+                # Decline all asks first; dismissed, nothing is sent
+                before = counts()
+                asked = await dismissing(page, "#decline-all")
+                assert asked and asked[0][1].startswith("Decline every proposal of this session?")
+                assert counts() == before and await page.input_value("#p0-title") == \
+                    "Active customer (last 30 days)"
                 form = await page.evaluate(FORM_DATA_JS)
                 action = page.url
-                before = counts()
                 await navigate(page, page.click("#apply"))
                 outcome = await text(page, "#outcome")
                 assert outcome.startswith("Review applied: 2 cards written or reused, 1 proposal "

@@ -130,7 +130,32 @@ async def test_a_stale_update_writes_nothing_and_names_the_card(make_env):
         assert "whole selection was rolled back" in r.text
         assert "now at revision 2" in r.text and old["id"][:12] in r.text
         assert 'value="Typed by the reviewer"' in r.text  # what was typed is kept
+        assert "selected[" not in r.text, re.findall(r".{200}selected\[.{200}", r.text)
+        assert "Stale: stale:" not in r.text
         assert row_changes(before, counts(env)) == {"activity": 1}  # the refusal, recorded
+
+
+async def test_a_refused_apply_names_the_proposal_and_says_why_in_words(make_env):
+    """A value out of bounds in a kept proposal's fields: 422, nothing written, the banner links
+    to the proposal by its number on the page and says what is wrong in a person's words (not
+    the decoder's `` - at `$.concepts[0]` `` nor the request's ``selected[0]``). The browser's
+    own checks are off on this form (a declined proposal's blank field must not block Apply or
+    Decline all), and Decline all asks first when JavaScript runs. A crafted ``decision`` is
+    refused."""
+    async with make_env() as env:
+        *_, page = await _reviewing(env)
+        assert re.search(r'<form [^>]*id="review-form"[^>]*novalidate', page.text)
+        decline = re.search(r'<button [^>]*id="decline-all"[^>]*>', page.text).group(0)
+        assert "formnovalidate" in decline and "data-confirm=" in decline
+        before = counts(env)
+        r = await post(env, replace(form_of(page.text), "p0-concepts", "c" * 101))
+        assert r.status_code == 422, r.text[:500]
+        assert '<a href="#proposal-0">Proposal 1</a>: Concept 1 is longer than 100 characters.' \
+            in r.text, r.text[:3000]
+        assert "Expected `" not in r.text and "selected[" not in r.text
+        r = await post(env, replace(form_of(page.text), "decision", "nuke"))
+        assert r.status_code == 422 and "not &#39;nuke&#39;" in r.text, r.text[:2000]
+        assert row_changes(before, counts(env)) == {"activity": 1}  # the first refusal
 
 
 async def test_decline_all_and_nothing_kept(make_env):
@@ -174,3 +199,20 @@ async def test_a_review_post_without_the_csrf_token_is_refused(make_env):
         r = await post(env, pairs)
         assert r.status_code == 403 and "Nothing was changed" in r.text
         assert counts(env) == before
+
+
+async def test_a_second_tab_after_the_review_gets_that_receipt_and_writes_nothing(make_env):
+    """Two tabs of one session: the first applies; the second's form (another review id) is
+    refused with a 409 page that keeps the navigation, shows the first review's receipt and
+    says its own choices were not applied."""
+    async with make_env() as env:
+        *_, first = await _reviewing(env)
+        second = await env.client.get(f"{ADMIN}/sessions/s1")
+        r = await post(env, form_of(first.text))
+        assert r.status_code == 303, r.text
+        applied = counts(env)
+        r = await post(env, form_of(second.text))
+        assert r.status_code == 409, r.text[:500]
+        assert "this session was reviewed meanwhile" in r.text and 'id="receipt"' in r.text
+        assert "Sign out" in r.text  # the page keeps the workspace bar
+        assert row_changes(applied, counts(env)) == {"activity": 1}  # the refusal, recorded

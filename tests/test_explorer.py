@@ -632,14 +632,15 @@ async def test_the_recall_page_says_when_a_budget_cut_link_expansion_short(make_
 
 
 @pytest.mark.parametrize("params, message", [
-    ({"mode": "everything"}, "Invalid enum value &#39;everything&#39; - at `$.mode`; allowed: "
-                             "rules, search, solved"),
-    ({"family": "sql_rules"}, "at `$.family[0]`; allowed: domain_clarification, explained_error, "
-                              "solved_question, sql_rule"),
+    ({"mode": "everything"}, "The mode &#39;everything&#39; is not one of the allowed values. "
+                             "Allowed: rules, search, solved."),
+    ({"family": "sql_rules"}, "&#39;sql_rules&#39; is not one of the allowed values. Allowed: "
+                              "domain_clarification, explained_error, solved_question, sql_rule."),
+    ({"scope": "s" * 5000}, "The scope filter is longer than "),
     ({"top": "0"}, "top must be"),
     ({"mode": "solved", "family": "sql_rule"}, "does not return"),
     ({"table": "orders"}, "needs filters.database")],
-    ids=["unknown mode", "unknown family", "top 0", "family outside the mode", "table without database"])
+    ids=["unknown mode", "unknown family", "scope length", "top 0", "family outside the mode", "table without database"])
 async def test_invalid_recall_input_is_a_400_with_its_message_and_the_form_kept(
         make_env, explorer, params, message):
     async with make_env() as env:

@@ -18,6 +18,7 @@ ROOT_MODULES = {
     "shared.errors": set(),
     "shared.config": set(),
     "shared.enum_errors": set(),
+    "shared.validation_words": set(),
     "shared.models": {"shared.errors", "shared.enum_errors"},
     "shared.privacy": {"shared.errors"},
     "shared.auth": {"shared.errors"},

@@ -2,7 +2,8 @@
 // - a form marked data-guard asks before a page with unsaved changes is left, and its
 //   Cancel (data-cancel) asks before it discards them;
 // - a select marked data-autosubmit submits its form when it changes;
-// - a link target input (data-picker) searches the workspace's cards as one types.
+// - a link target input (data-picker) searches the workspace's cards as one types;
+// - a button marked data-confirm asks its question first (Decline all: it cannot be undone).
 (function () {
   "use strict";
   function serialize(form) {
@@ -11,6 +12,11 @@
       .map(function (e) { return e[0] + "=" + e[1]; }).join("&");
   }
   document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("button[data-confirm]").forEach(function (button) {
+      button.addEventListener("click", function (event) {
+        if (!window.confirm(button.dataset.confirm)) { event.preventDefault(); }
+      });
+    });
     document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
       select.addEventListener("change", function () { select.form.submit(); });
     });

@@ -15,64 +15,13 @@ from typing import Any
 from shared import models
 from shared.errors import ArchiveError
 from shared.models import Card, CardWrite
+from shared.validation_words import plain_message
 
 DEP_PARTS = ("database", "schema", "table", "column")
 #: blank rows offered after the filled ones (more: save, and two more appear)
 BLANK_ROWS = 2
 _ROW = re.compile(r"^(dep|link)-(\d{1,3})-(\w+)$")
 _MSGSPEC_PATH = re.compile(r"at `\$\.([\w.]+)(?:\[(\d+)\])?")
-#: a msgspec validation message: what was wrong, then `` - at `$.<path>` `` (the field)
-_MSGSPEC_MESSAGE = re.compile(r"^(?P<what>.*?) - at `\$(?P<path>[^`]*)`(?P<rest>.*)$", re.S)
-_ROW_PATH = re.compile(r"^\.(?P<list>dependencies|links|concepts)\[(?P<i>\d+)\](?:\.(?P<part>\w+))?$")
-
-#: msgspec's validation messages (``what``, before `` - at `$.…` ``) in a person's words
-_PLAIN = [
-    (r"Expected `str` of length >= 1", "{label} is blank: fill it in, or clear the whole row"),
-    (r"Expected `str` of length <= (?P<n>\d+)", "{label} is longer than {n} characters"),
-    (r"Expected `array` of length <= (?P<n>\d+)", "a card holds at most {n} {path}"),
-    (r"Object missing required field `(?P<name>\w+)`", "{field} is required"),
-    (r"Invalid enum value (?P<value>.+)", "{label} {value} is not one of the allowed values"),
-    (r"Expected `int( \| null)?`, got `\w+`", "{label} must be a whole number"),
-]
-
-
-def _label(path: str) -> str:
-    """A person's name for the field at msgspec ``path`` (``.title``, ``.links[0].target``,
-    ``.content.rule``, ...): rows are counted from 1, as the form shows them."""
-    m = _ROW_PATH.match(path)
-    if m:
-        row = int(m.group("i")) + 1
-        if m.group("list") == "concepts":
-            return f"concept {row}"
-        what = {"dependencies": "dependency", "links": "link"}[m.group("list")]
-        return f"the {m.group('part')} of {what} row {row}" if m.group("part") \
-            else f"{what} row {row}"
-    if path.startswith(".content."):
-        return f"the {path.removeprefix('.content.')}"
-    return f"the {path.lstrip('.') or 'card'}".replace("_", " ")
-
-
-def plain_message(message: str) -> str:
-    """``message`` in a person's words when it is a msgspec validation message (``Expected
-    `str` of length <= 200 - at `$.title``` → ``The title is longer than 200 characters.``);
-    any other message (the archive's own, already worded for people) unchanged."""
-    m = _MSGSPEC_MESSAGE.match(message)
-    if not m:
-        return message
-    label, what = _label(m.group("path")), m.group("what")
-    rest = m.group("rest").strip().lstrip(";").strip()  # e.g. "allowed: a, b" (with_allowed)
-    for pattern, template in _PLAIN:
-        if (n := re.fullmatch(pattern, what)):
-            words = {k: f"{int(v):,}" if v.isdigit() else v for k, v in n.groupdict().items()}
-            text = template.format(label=label, path=m.group("path").lstrip("."),
-                                   field=_label(f"{m.group('path')}.{words.get('name')}"), **words)
-            break
-    else:
-        text = f"{label}: {what[:1].lower()}{what[1:]}"
-    text = text[:1].upper() + text[1:] + "."
-    return f"{text} {rest[:1].upper()}{rest[1:]}." if rest else text
-
-
 @dataclass
 class CardForm:
     """The values of a card's form, as typed (or as the card holds them), with the errors by

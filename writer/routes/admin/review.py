@@ -11,6 +11,7 @@ case's guarantee): the page names the card that changed and keeps what the revie
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -20,6 +21,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, Parameter
 
 from shared.archive import review_context
+from shared.archive.activity import record_rejection
 from shared.archive.cards import Archive
 from shared.archive.responses import ReviewNeighbours, ReviewReceipt, Summary, SummaryItem
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput
@@ -33,6 +35,10 @@ WorkspaceId = Annotated[str, Parameter(max_length=63)]
 SessionId = Annotated[str, Parameter(max_length=200)]
 Text = Annotated[str | None, Parameter(max_length=200)]
 Status = Annotated[str, Parameter(max_length=20)]
+
+
+#: how the archive's review errors name a proposal: its place in the request, then its key
+_SELECTED = re.compile(r"^selected\[\d+\] \(key '[^']*'\): ")
 
 
 @dataclass
@@ -141,10 +147,13 @@ def _summary_page(person: Person, summary: Summary, posted: review_form.Posted |
 
 
 def _receipt(person: Person, summary: Summary, receipt: ReviewReceipt,
-             replayed: bool) -> Response:
+             replayed: bool, meanwhile: bool = False, status: int = 200) -> Response:
+    """The receipt page of ``receipt`` (``replayed``: this very form was applied before;
+    ``meanwhile``: another review closed the session first, this form's choices not applied)."""
     titles = {i.key: (i.card.title if i.card else i.key) for i in summary.proposals}
     return render("receipt.html", person, current="sessions", summary=summary,
-                  receipt=receipt, titles=titles, replayed=replayed)
+                  receipt=receipt, titles=titles, replayed=replayed, meanwhile=meanwhile,
+                  status=status)
 
 
 @post("/workspaces/{workspace_id:str}/sessions/{session_id:str}", dependencies=DEPS,
@@ -168,13 +177,24 @@ async def apply_review(request: Request, person: NamedDependency[Person],
         return see_other(Urls(workspace_id).session(session_id, review=posted.review_id,
                                                     replayed="1"))
     try:
-        req = review_form.request(posted, summary.proposals)
+        try:
+            req = review_form.request(posted, summary.proposals)
+        except InvalidInput as exc:  # out of bounds before the use case: recorded here
+            await record_rejection(archive.db, person.principal, workspace_id, "review", exc)
+            raise
         result = await workflow.review(person.principal, workspace_id, session_id, req)
     except (InvalidInput, Conflict) as exc:
         if not summary.counts.get("open") and not isinstance(exc, InvalidInput):
-            raise
+            if not summary.reviews:
+                raise
+            # reviewed meanwhile (another tab, another reviewer): that review's receipt, saying
+            # this form's choices were not applied
+            return _receipt(person, summary, summary.reviews[-1], False, meanwhile=True,
+                            status=exc.status)
+        nearby = await review_context.neighbours(archive, person.principal, workspace_id,
+                                                 summary)  # shown again, as on the first page
         return _summary_page(person, summary, posted, status=exc.status,
-                             outcome=_refusal(exc, summary))
+                             outcome=_refusal(exc, summary), nearby=nearby)
     return see_other(Urls(workspace_id).session(
         session_id, review=result.receipt.review_id, replayed="1" if result.replayed else None))
 
@@ -184,10 +204,16 @@ def _refusal(exc: ArchiveError, summary: Summary) -> dict[str, Any]:
     current_revision}`` (the card that changed, for a stale update)."""
     item = exc.extra.get("item")
     card_id = exc.extra.get("card_id")
-    title = next((i.card.title for i in summary.proposals
-                  if i.card_id == card_id and i.card is not None), None)
-    return {"code": exc.code, "message": exc.message, "item": item, "card_id": card_id,
-            "title": title, "current_revision": exc.extra.get("current_revision")}
+    title = next((i.changes["title"].before if "title" in i.changes else i.card.title
+                  for i in summary.proposals if i.card_id == card_id and i.card is not None),
+                 None)  # the card's title now, not the one the update proposes
+    number = next((n for n, i in enumerate(summary.proposals) if i.key == item), None)
+    # the archive names a proposal by its place in the request ("selected[0] (key 'k'): …");
+    # the page names it by its number on the page, and the rest in a person's words
+    message = forms.plain_message(_SELECTED.sub("", exc.message))
+    return {"code": exc.code, "message": message, "item": item, "card_id": card_id,
+            "title": title, "current_revision": exc.extra.get("current_revision"),
+            "number": number}
 
 
 HANDLERS = [session_list, session_page, apply_review]

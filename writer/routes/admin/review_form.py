@@ -59,7 +59,9 @@ class Posted:
 
 def parse(pairs: list[tuple[str, str]], families: dict[str, str]) -> Posted:
     """The posted review form (``families``: each proposal's family by key; an unknown key is
-    left out, the use case names it if selected)."""
+    left out, the use case names it if selected).
+
+    :raises InvalidInput: a ``decision`` other than ``apply`` or ``decline`` (a crafted form)."""
     top: dict[str, str] = {}
     items: dict[int, list[tuple[str, str]]] = {}
     for name, value in pairs:
@@ -68,6 +70,9 @@ def parse(pairs: list[tuple[str, str]], families: dict[str, str]) -> Posted:
             items.setdefault(int(m.group(1)), []).append((m.group(2), value))
         else:
             top[name] = value
+    if top.get("decision", "apply") not in ("apply", "decline"):
+        raise InvalidInput(f"a review is applied or declined, not {top['decision'][:40]!r}",
+                           field="decision")
     posted = Posted(review_id=top.get("review_id", ""), version=top.get("version", ""),
                     decline=top.get("decision") == "decline", note=top.get("note", ""))
     for n in sorted(items):

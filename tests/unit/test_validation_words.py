@@ -1,4 +1,5 @@
-"""The administration form's error words (``writer.routes.admin.forms.plain_message``): every
+"""The pages' error words (``shared.validation_words.plain_message``, used by the
+administration's forms and the explorer's error pages): every
 msgspec validation message a card form can raise reads as a sentence about the field a person
 sees, rows counted from 1; the archive's own messages pass unchanged."""
 
@@ -8,7 +9,7 @@ import pytest
 
 from shared import models
 from shared.errors import InvalidInput
-from writer.routes.admin.forms import plain_message
+from shared.validation_words import plain_message
 
 
 def _message(data: dict) -> str:
@@ -23,10 +24,10 @@ RULE = {"family": "sql_rule", "title": "T", "content": {"rule": "R."}}
 @pytest.mark.parametrize("data,words", [
     ({**RULE, "title": "t" * 201}, "The title is longer than 200 characters."),
     ({**RULE, "concepts": ["c" * 101]}, "Concept 1 is longer than 100 characters."),
-    ({**RULE, "concepts": [f"c{i}" for i in range(51)]}, "A card holds at most 50 concepts."),
+    ({**RULE, "concepts": [f"c{i}" for i in range(51)]}, "At most 50 concepts are allowed."),
     ({**RULE, "links": [{"target": ""}]},
      "The target of link row 1 is blank: fill it in, or clear the whole row."),
-    ({**RULE, "dependencies": [{"database": "d"}] * 51}, "A card holds at most 50 dependencies."),
+    ({**RULE, "dependencies": [{"database": "d"}] * 51}, "At most 50 dependencies are allowed."),
     ({**RULE, "family": "nope"}, "The family 'nope' is not one of the allowed values. Allowed: "),
     ({**RULE, "revision": "x"}, "The revision must be a whole number."),
 ])
