@@ -20,15 +20,23 @@ _PLAIN = [
     (r"Object missing required field `(?P<name>\w+)`", "{field} is required"),
     (r"Invalid enum value (?P<value>.+)", "{label} {value} is not one of the allowed values"),
     (r"Expected `int( \| null)?`, got `\w+`", "{label} must be a whole number"),
+    (r"Expected `str`, got `null`", "{label} is required"),
 ]
 
 
-#: a row named the way the archive names it in its own messages (``links[0]``, ``concepts[2]``)
-_ROW_REFERENCE = re.compile(r"\b(dependencies|links|concepts)\[(\d+)\]")
+#: query parameters whose names are not words
+_NAMES = {"q": "search text", "per_page": "page size", "top": "number of results"}
+
+#: a field named the way the archive names it in its own messages (``links[0]``,
+#: ``links[0].target``, ``concepts[2]``, ``content.definition``)
+_ROW_REFERENCE = re.compile(r"\b(?:(dependencies|links|concepts)\[(\d+)\](?:\.(\w+))?"
+                            r"|content\.(\w+))")
 
 
 def _row_words(m: re.Match) -> str:
-    return _label(f".{m.group(1)}[{m.group(2)}]")
+    if m.group(4):
+        return f"the {m.group(4)}"
+    return _label(f".{m.group(1)}[{m.group(2)}]" + (f".{m.group(3)}" if m.group(3) else ""))
 
 
 def _label(path: str) -> str:
@@ -46,7 +54,8 @@ def _label(path: str) -> str:
         return f"the {path.removeprefix('.content.')}"
     if path.startswith(".filters."):
         return f"the {path.removeprefix('.filters.')} filter".replace("_", " ")
-    return f"the {path.lstrip('.') or 'card'}".replace("_", " ")
+    name = path.lstrip(".")
+    return f"the {_NAMES.get(name, name) or 'card'}".replace("_", " ")
 
 
 def plain_message(message: str) -> str:
@@ -56,7 +65,8 @@ def plain_message(message: str) -> str:
     counted from 1 as the form shows them (``links[0] names …`` → ``link row 1 names …``)."""
     m = _MSGSPEC_MESSAGE.match(message)
     if not m:
-        return _ROW_REFERENCE.sub(_row_words, message)
+        worded = _ROW_REFERENCE.sub(_row_words, message)
+        return worded[:1].upper() + worded[1:] if worded != message else message
     label, what = _label(m.group("path")), m.group("what")
     rest = m.group("rest").strip().lstrip(";").strip()  # e.g. "allowed: a, b" (with_allowed)
     for pattern, template in _PLAIN:

@@ -34,6 +34,21 @@ async def new_rule(env, headers: dict[str, str], title: str) -> str:
     return r.json()["card"]["id"]
 
 
+def hidden_fields(html: str) -> dict[str, str]:
+    """The hidden inputs of a page's forms, by name (the last one of a name wins)."""
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', html))
+
+
+async def signed_in_on(env, title: str, page: str) -> tuple[dict[str, str], str, Any]:
+    """Workspace acme with one SQL rule ``title``, the client signed in with a manage token:
+    ``(headers, card id, response of the card's page + page)``."""
+    env.workspace("acme")
+    h = env.token("acme")
+    card = await new_rule(env, h, title)
+    await sign_in(env, h)
+    return h, card, await env.client.get(f"{ADMIN}/cards/{card}{page}")
+
+
 def card_form(title: str, definition: str = "A definition.", **extra: str) -> dict[str, str]:
     return {"family": "domain_clarification", "title": title, "content.definition": definition,
             "scope": "", "concepts": "", **extra}
@@ -315,12 +330,52 @@ async def test_a_card_list_address_out_of_bounds_says_what_is_wrong(make_env):
         await sign_in(env, h)
         r = await env.client.get(f"{ADMIN}/cards", params={"family": "bogus"})
         assert r.status_code == 422 and "there is no family &#39;bogus&#39;" in r.text, r.text[:3000]
+        assert "Sign out" in r.text and "Pending index updates" in r.text  # navigation kept
         assert "sql_rule" in r.text and "Fiscal year" not in r.text
         r = await env.client.get(f"{ADMIN}/cards", params={"q": "q" * 5000})
-        assert r.status_code == 400 and "q: " in r.text and "200" in r.text, r.text[:3000]
+        assert r.status_code == 400 and "The search text is longer than 200 characters." in r.text,\
+            r.text[:3000]
         assert "Validation failed" not in r.text
+        r = await env.client.get(f"{ADMIN}/cards", params={"page": "9"})
+        assert "There is no page 9: the 1 card fills 1 page." in r.text and "No cards" not in r.text
+        r = await env.client.get(f"{ADMIN}/cards", params={"page": "abc"})
+        assert r.status_code == 400 and "The page must be a whole number." in r.text, r.text[:3000]
         r = await env.client.get(f"{ADMIN}/cards/mem-00000000-0000-4000-8000-000000000000/activity")
         assert r.status_code == 404 and "This card was deleted" not in r.text
+
+
+async def test_saving_a_card_deleted_meanwhile_keeps_the_typing_as_a_new_card(make_env):
+    """The card was deleted in another tab: the save answers 404 with the form as typed, as a
+    new card's form (it posts to "new") with a link to the deleted card's activity; sent, it
+    creates the card. A reload of a save's outcome after the card moved on shows no stale
+    notice."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        card = await new_rule(env, h, "Fiscal year")
+        await sign_in(env, h)
+        token = await csrf(env.client, f"{ADMIN}/cards/{card}")
+        assert (await env.client.delete(f"{API}/{card}", headers=h)).status_code in (200, 204)
+        typed = {"family": "sql_rule", "title": "Fiscal year (typed)", "content.rule": "Typed.",
+                 "scope": "", "concepts": "", "revision": "1", "_csrf_token": token}
+        r = await env.client.post(f"{ADMIN}/cards/{card}", data=typed)
+        assert r.status_code == 404, r.text[:500]
+        assert "This card is gone: it was deleted meanwhile" in r.text
+        assert 'value="Fiscal year (typed)"' in r.text and "Typed." in r.text
+        assert f'action="{ADMIN}/cards/new"' in r.text and f"{card}/activity" in r.text
+        r = await env.client.post(f"{ADMIN}/cards/new", data={
+            k: v for k, v in typed.items() if k != "revision"})
+        assert r.status_code == 303 and "created=1" in r.headers["location"], r.text[:500]
+        outcome = r.headers["location"]
+        assert "rev=1" in outcome
+        assert "Created" in (await env.client.get(outcome)).text
+        new_id = re.search(r"/cards/(mem-[0-9a-f-]+)", outcome).group(1)
+        r = await env.client.put(f"{API}/{new_id}", headers=h, json={
+            "family": "sql_rule", "title": "Changed elsewhere", "content": {"rule": "X."},
+            "revision": 1})
+        assert r.status_code == 200, r.text
+        page = await env.client.get(outcome)  # a reload after the card moved on
+        assert page.status_code == 200 and 'id="outcome"' not in page.text
 
 
 async def test_a_stale_save_never_overwrites_and_can_be_applied_again(make_env):
@@ -340,13 +395,42 @@ async def test_a_stale_save_never_overwrites_and_can_be_applied_again(make_env):
         r = await env.client.post(f"{ADMIN}/cards/{card['id']}", data=mine)
         assert r.status_code == 409
         assert "Changed by someone" in r.text and "My title" in r.text
-        assert "Apply my version on revision 2" in r.text
+        assert "Apply my changes on revision 2" in r.text
         assert env.scalar("SELECT title FROM memory.cards") == "Changed by someone"
         fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', r.text))
         assert fields["revision"] == "2" and fields["title"] == "My title"
         r = await env.client.post(f"{ADMIN}/cards/{card['id']}", data=fields)
         assert r.status_code == 303
         assert env.scalar("SELECT title || ' ' || revision FROM memory.cards") == "My title 3"
+
+
+async def test_a_stale_save_applies_only_the_fields_this_person_changed(make_env):
+    """Two tabs: A changes the rule and saves; B, opened before, changes only the title. B's
+    save goes stale; its page marks the rule "changed meanwhile: kept" and the title "changed by
+    you"; applied, the card has B's title and A's rule (a three-way merge against the revision
+    B opened, carried by the form's ``base-<field>`` digests), not B's stale copy of the rule."""
+    async with make_env() as env:
+        h, card, page = await signed_in_on(env, "Original", "")
+        fields = hidden_fields(page.text)
+        assert {"base-title", "base-content.rule", "base-links"} <= set(fields), fields
+        r = await env.client.put(f"{API}/{card}", headers=h, json={
+            "family": "sql_rule", "title": "Original", "content": {"rule": "Rule by A."},
+            "revision": 1})
+        assert r.status_code == 200
+        mine = {**fields, "title": "Title by B", "content.rule": "Original.", "scope": "",
+                "concepts": ""}
+        r = await env.client.post(f"{ADMIN}/cards/{card}", data=mine)
+        assert r.status_code == 409, r.text[:500]
+        rule_row = re.search(r'<tr[^>]*data-field="rule".*?</tr>', r.text, re.S).group(0)
+        title_row = re.search(r'<tr[^>]*data-field="title".*?</tr>', r.text, re.S).group(0)
+        assert "changed meanwhile: kept" in rule_row and "Original." not in rule_row
+        assert "changed by you" in title_row and "Title by B" in title_row
+        again = hidden_fields(r.text)
+        r = await env.client.post(f"{ADMIN}/cards/{card}", data=again)
+        assert r.status_code == 303, r.text[:500]
+        stored = (await env.client.get(f"{API}/{card}", headers=h)).json()["card"]
+        assert (stored["title"], stored["content"]["rule"], stored["revision"]) == \
+            ("Title by B", "Rule by A.", 3)
 
 
 async def test_delete_asks_names_what_goes_and_says_what_was_removed(make_env):
@@ -383,6 +467,31 @@ async def test_delete_asks_names_what_goes_and_says_what_was_removed(make_env):
         # the deleted card keeps its activity page
         r = await env.client.get(f"{ADMIN}/cards/{doomed['id']}/activity")
         assert r.status_code == 200 and "This card was deleted." in r.text
+
+
+async def test_a_delete_asks_again_when_the_card_changed_since_its_confirmation(make_env):
+    """The confirmation said "0 incoming links"; another card links to it meanwhile: the delete
+    writes nothing and shows the confirmation again (409) naming the new link; confirmed again,
+    it deletes. Sent once more (another tab), it says the card is deleted already."""
+    async with make_env() as env:
+        h, doomed, page = await signed_in_on(env, "Doomed", "/delete")
+        assert "0 incoming links" in page.text
+        form = hidden_fields(page.text)
+        assert {"_csrf_token", "confirm", "seen"} <= set(form), form
+        r = await env.client.post(API, headers=h, json={
+            "family": "sql_rule", "title": "Linker", "content": {"rule": "L."},
+            "links": [{"target": doomed, "meaning": "see"}]})
+        assert r.status_code == 201
+        before = counts(env)
+        r = await env.client.post(f"{ADMIN}/cards/{doomed}/delete", data=form)
+        assert r.status_code == 409 and "Nothing was deleted: this card or its links changed" \
+            in r.text and "1 incoming link: from “Linker” (see)" in r.text
+        assert row_changes(before, counts(env)) == {}
+        again = hidden_fields(r.text)
+        r = await env.client.post(f"{ADMIN}/cards/{doomed}/delete", data=again)
+        assert r.status_code == 200 and "was deleted" in r.text
+        r = await env.client.post(f"{ADMIN}/cards/{doomed}/delete", data=again)
+        assert r.status_code == 404 and "deleted already" in r.text and "Sign out" in r.text
 
 
 async def test_pending_lists_operations_and_retries_each_and_all(make_env):

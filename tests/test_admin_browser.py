@@ -85,10 +85,63 @@ async def dismissing(page: Any, selector: str) -> list[tuple[str, str]]:
     await page.wait_for_timeout(500)
     return asked
 
+
 async def navigate(page, action) -> None:
     """Run ``action`` (a click or a submit) and wait for the page it loads."""
     async with page.expect_navigation():
         await action
+
+
+async def signed_in_page(pw: Any, chromium: str, base: str, headers: dict[str, str],
+                         width: int, height: int) -> tuple[Any, Any]:
+    """A Chromium page of a ``width`` × ``height`` window, signed in to the administration at
+    ``base`` with the token of ``headers`` through the sign-in form: ``(browser, page)``."""
+    browser = await pw.chromium.launch(executable_path=chromium, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    page = await (await browser.new_context(viewport={"width": width, "height": height})).new_page()
+    await page.goto(f"{base}/admin/sign-in")
+    await page.fill("#token", headers["Authorization"].removeprefix("Bearer "))
+    await navigate(page, page.click("input[type=submit][value='Sign in']"))
+    return browser, page
+
+@pytest.mark.parametrize("width,height", SIZES)
+async def test_long_unbroken_values_wrap_on_the_card_pages(make_env, chromium, width, height):
+    """A scope of 160 characters without a space and a dependency path as long: the card list
+    (where the card sorts first) and its delete confirmation stay inside the window at
+    1280×800 and 1920×1080, every column readable (the date and index columns not cut)."""
+    from playwright.async_api import async_playwright
+
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    async with make_env() as env:
+        env.workspace("acme")
+        manager = env.token("acme")
+        long_name = "scope_" + "very_long_identifier_" * 7
+        card = (await env.client.post(API, headers=manager, json={
+            "family": "sql_rule", "title": "Long scope", "content": {"rule": "R."},
+            "scope": long_name, "dependencies": [{"database": long_name[:100],
+                                                  "schema": long_name[:100],
+                                                  "table": long_name[:100]}]})).json()["card"]
+        server, task, base = await start_server(env.app)
+        try:
+            async with async_playwright() as pw:
+                browser, page = await signed_in_page(pw, chromium, base, manager, width, height)
+                cards = f"{base}/admin/workspaces/acme/cards"
+                for name, url in (("long-list", cards),
+                                  ("long-delete", f"{cards}/{card['id']}/delete")):
+                    await page.goto(url)
+                    await look(page, name, size)
+                    wide = await page.evaluate("() => document.documentElement.scrollWidth")
+                    assert wide <= width, (name, wide)
+                    assert long_name[:40] in await text(page), name
+                await page.goto(f"{base}/admin/workspaces/acme/cards")
+                right = await page.evaluate("() => Math.max(...[...document.querySelectorAll("
+                                            "'table.memarc-cards th')].map(th => "
+                                            "th.getBoundingClientRect().right))")
+                assert right <= width, right  # every column on screen, none scrolled away
+                await browser.close()
+        finally:
+            await stop_server(server, task)
 
 
 @pytest.mark.parametrize("width,height", SIZES)
@@ -178,7 +231,7 @@ async def test_a_person_administers_cards_in_chromium(make_env, chromium, width,
                 links = await text(page, "#compare tr[data-field=links]")
                 assert links.count("“Target: paid order” (defines the paid order)") == 2
                 await look(page, "stale", size)
-                await navigate(page, page.click("input[type=submit][value^='Apply my version']"))
+                await navigate(page, page.click("input[type=submit][value^='Apply my changes']"))
                 assert (await text(page, "#outcome")).startswith("Saved and indexed (revision 4)")
                 assert await page.input_value("#title") == "Orders: my title"
 
@@ -488,13 +541,7 @@ async def test_a_reviewer_reviews_a_session_in_chromium(make_env, chromium, widt
 
         try:
             async with async_playwright() as pw:
-                browser = await pw.chromium.launch(executable_path=chromium, args=[
-                    "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-                page = await (await browser.new_context(
-                    viewport={"width": width, "height": height})).new_page()
-                await page.goto(f"{base}/admin/sign-in")
-                await page.fill("#token", reviewer["Authorization"].removeprefix("Bearer "))
-                await navigate(page, page.click("input[type=submit][value='Sign in']"))
+                browser, page = await signed_in_page(pw, chromium, base, reviewer, width, height)
                 assert page.url.endswith("/admin/workspaces/acme/sessions"), page.url  # landed
                 assert "1 session waiting for review" in await text(page, "h3")
                 row = await text(page, "#sessions tbody tr")

@@ -47,3 +47,16 @@ def test_a_required_field_and_an_unknown_shape_name_the_field():
 
 def test_the_archives_own_words_pass_unchanged():
     assert plain_message("a table needs its schema") == "a table needs its schema"
+
+
+def test_the_archives_field_names_read_as_words():
+    assert plain_message("content.definition is required for domain_clarification") == \
+        "The definition is required for domain_clarification"
+    assert plain_message("links[0].target 'mem-x' is not a card id (mem-<uuid>)") == \
+        "The target of link row 1 'mem-x' is not a card id (mem-<uuid>)"
+    assert plain_message("dependencies[1]: a table needs its schema") == \
+        "Dependency row 2: a table needs its schema"
+    assert plain_message("Expected `str`, got `null` - at `$.dependencies[0].database`") == \
+        "The database of dependency row 1 is required."
+    assert plain_message("Expected `str` of length <= 200 - at `$.q`") == \
+        "The search text is longer than 200 characters."

@@ -9,6 +9,8 @@ log apply unchanged.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any
 
 from litestar import Request, Response, get, post
@@ -126,17 +128,22 @@ async def create_card(request: Request, person: NamedDependency[Person],
         return render("card_form.html", person, status=422, form=form, card=None,
                       families=models.FAMILIES)
     return see_other(Urls(workspace_id).card(result.card.id, saved=result.index_status,
-                                             created="1"))
+                                             created="1", rev=result.card.revision))
 
 
 @get("/workspaces/{workspace_id:str}/cards/{card_id:str}", dependencies=DEPS)
 async def edit_card(person: NamedDependency[Person], archive: NamedDependency[Archive],
                     workspace_id: FromPath[WorkspaceId], card_id: FromPath[CardId],
                     saved: FromQuery[Text] = None, created: FromQuery[Text] = None,
-                    retried: FromQuery[Text] = None) -> Response:
-    """The card's form, with the outcome of the last save or retry."""
+                    retried: FromQuery[Text] = None,
+                    rev: FromQuery[Annotated[int | None, Parameter(ge=1)]] = None) -> Response:
+    """The card's form, with the outcome of the last save or retry (``rev``: the revision that
+    save wrote; once the card has moved past it, as on a reload after another save, the notice
+    is left out rather than told of the wrong revision)."""
     _require_manage(person)
     detail = await archive.get_card(person.principal, workspace_id, card_id)
+    if rev is not None and rev != detail.card.revision:
+        saved = created = None
     titles = await _titles(archive, person, workspace_id, [link.target for link in detail.card.links])
     return render("card_form.html", person, form=forms.from_card(detail.card), card=detail.card,
                   detail=detail, saved=saved, created=created, retried=retried, titles=titles,
@@ -150,8 +157,25 @@ async def update_card(request: Request, person: NamedDependency[Person],
                       card_id: FromPath[CardId]) -> Response:
     """Save the card at the revision the form edited: 303 to its page with the outcome; 409
     with the stored card next to the person's version when it changed meanwhile (nothing
-    overwritten); 422 with the form as typed when it is not valid (nothing written)."""
+    overwritten); 422 with the form as typed when it is not valid (nothing written); 404 with
+    the form as typed, as a new card's, when the card was deleted meanwhile."""
     form = forms.from_pairs(await _pairs(request))
+    try:
+        return await _save(person, archive, workspace_id, card_id, form)
+    except NotFound:  # deleted meanwhile: keep what was typed, offer it as a new card
+        form.revision = None
+        form.errors = {"form": "This card is gone: it was deleted meanwhile (its activity "
+                               "page says by whom). What you typed is below: create it as a "
+                               "new card, or leave this page."}
+        return render("card_form.html", person, status=404, form=form, card=None,
+                      families=models.FAMILIES, deleted_id=card_id)
+
+
+async def _save(person: Person, archive: Archive, workspace_id: str, card_id: str,
+                form: forms.CardForm) -> Response:
+    """:func:`update_card`'s outcomes but the deleted card's.
+
+    :raises NotFound: the card is not there (deleted meanwhile)."""
     try:
         body = await _body(form, archive, person, workspace_id, "update", card_id)
         result = await archive.update_card(person.principal, workspace_id, card_id, body,
@@ -159,17 +183,19 @@ async def update_card(request: Request, person: NamedDependency[Person],
     except StaleRevision:
         fresh = await archive.get_card(person.principal, workspace_id, card_id)
         stored = forms.from_card(fresh.card)
+        mine, who = forms.merged(stored, form)  # only what this person changed goes on top
         titles = await _titles(archive, person, workspace_id, [
-            link["target"] for link in stored.links + form.links])
-        return render("stale.html", person, status=409, card=fresh.card, form=form,
-                      rows=forms.differences(stored, form, titles))
+            link["target"] for link in stored.links + mine.links])
+        return render("stale.html", person, status=409, card=fresh.card, form=mine,
+                      rows=forms.differences(stored, mine, titles, who))
     except InvalidInput as exc:
         current = await archive.get_card(person.principal, workspace_id, card_id)
         form.family = current.card.family
         form.put_error(exc)
         return render("card_form.html", person, status=422, form=form, card=current.card,
                       detail=current, families=models.FAMILIES)
-    return see_other(Urls(workspace_id).card(result.card.id, saved=result.index_status))
+    return see_other(Urls(workspace_id).card(result.card.id, saved=result.index_status,
+                                             rev=result.card.revision))
 
 
 @post("/workspaces/{workspace_id:str}/cards/{card_id:str}/retry", dependencies=DEPS,
@@ -191,7 +217,18 @@ async def confirm_delete(person: NamedDependency[Person], archive: NamedDependen
     _require_manage(person)
     detail = await archive.get_card(person.principal, workspace_id, card_id)
     titles = await _titles(archive, person, workspace_id, [link.target for link in detail.card.links])
-    return render("delete.html", person, card=detail.card, detail=detail, titles=titles)
+    return render("delete.html", person, card=detail.card, detail=detail, titles=titles,
+                  seen=_what_goes(detail))
+
+
+def _what_goes(detail: Any) -> str:
+    """A digest of what the delete confirmation names (the card's revision, its dependencies,
+    outgoing and incoming links): the form carries it, so a delete of a card that changed
+    since the confirmation was shown asks again instead of removing what nobody saw."""
+    shown = [detail.card.revision, [d.qualified() for d in detail.card.dependencies],
+             sorted((link.target, link.meaning or "") for link in detail.card.links),
+             sorted((link.source, link.meaning or "") for link in detail.incoming_links)]
+    return hashlib.sha256(json.dumps(shown, sort_keys=True).encode()).hexdigest()[:32]
 
 
 async def _titles(archive: Archive, person: Person, workspace: str, ids: list[str]) -> dict[str, str]:
@@ -212,15 +249,25 @@ async def delete_card(request: Request, person: NamedDependency[Person],
                       archive: NamedDependency[Archive], workspace_id: FromPath[WorkspaceId],
                       card_id: FromPath[CardId]) -> Response:
     """Delete the card (the confirmation form's ``confirm=delete`` is required) and say what was
-    removed with it."""
+    removed with it; 409 with the confirmation again when the card or its links changed since
+    it was shown (the form's ``seen``: :func:`_what_goes`); 404 saying so when it is gone."""
     pairs = dict(await _pairs(request))
     if pairs.get("confirm") != "delete":
         return see_other(Urls(workspace_id).delete(card_id))
     if not person.can_manage:  # the archive refuses it (403) and records the attempt
         await archive.delete_card(person.principal, workspace_id, card_id)
     # what goes with the card, read just before (a link added in between goes too, unnamed)
-    detail = await archive.get_card(person.principal, workspace_id, card_id)
+    try:
+        detail = await archive.get_card(person.principal, workspace_id, card_id)
+    except NotFound:
+        return render("error.html", person, status=404, title="Deleted already",
+                      message="This card is not here any more: it was deleted already (its "
+                              "activity page says by whom).", code="not_found",
+                      activity=Urls(workspace_id).activity(card_id))
     titles = await _titles(archive, person, workspace_id, [link.target for link in detail.card.links])
+    if pairs.get("seen") and pairs["seen"] != _what_goes(detail):
+        return render("delete.html", person, status=409, card=detail.card, detail=detail,
+                      titles=titles, seen=_what_goes(detail), changed=True)
     result = await archive.delete_card(person.principal, workspace_id, card_id)
     return render("deleted.html", person, card=detail.card, detail=detail, titles=titles,
                   result=result)

@@ -8,6 +8,7 @@ dependency rows ``dep-<i>-database|schema|table|column``, link rows ``link-<i>-t
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ class CardForm:
     links: list[dict[str, str]] = field(default_factory=list)
     revision: int | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    #: by field (:meth:`values`), a digest of its value at the revision the form was opened on
+    #: (hidden ``base-<field>`` inputs): what the person changed, for a save that went stale
+    base: dict[str, str] = field(default_factory=dict)
 
     @property
     def fields(self) -> list[tuple[str, bool]]:
@@ -49,6 +53,31 @@ class CardForm:
         blank = {p: "" for p in (DEP_PARTS if kind == "dependencies" else ("target", "meaning"))}
         return [*filled, *({**blank} for _ in range(BLANK_ROWS))]
 
+    def values(self) -> dict[str, str]:
+        """Each field as one comparable text: ``title``, ``scope``, ``content.<name>``,
+        ``concepts``, ``dependencies``, ``links`` (rows one per line, blanks left out)."""
+        out = {"title": self.title.strip(), "scope": self.scope.strip()}
+        out |= {f"content.{n}": self.content.get(n, "").strip() for n, _ in self.fields}
+        out["concepts"] = "\n".join(c.strip() for c in re.split(r"[\n,]", self.concepts)
+                                    if c.strip())
+        out["dependencies"] = "\n".join(".".join(v.strip() for v in (d.get(p) or "" for p in
+                                                                      DEP_PARTS) if v.strip())
+                                        for d in self.dependencies)
+        out["links"] = "\n".join(f"{link['target'].strip()} {link['meaning'].strip()}"
+                                 for link in self.links)
+        return out
+
+    def digests(self) -> dict[str, str]:
+        """:meth:`values` digested (SHA-256, 16 hex digits each): the ``base-<field>`` inputs
+        of an edit form. Once posted, the form's :attr:`base` when it has one."""
+        return self.base or {k: hashlib.sha256(v.encode()).hexdigest()[:16]
+                             for k, v in self.values().items()}
+
+    def changed_since_base(self) -> set[str]:
+        """The fields whose value differs from :attr:`base` (all of them without a base)."""
+        mine = CardForm(**{**self.__dict__, "base": {}}).digests()
+        return {k for k, d in mine.items() if self.base.get(k) != d}
+
     def pairs(self) -> list[tuple[str, str]]:
         """The form as (name, value) pairs, for hidden inputs that carry it to another POST."""
         out = [("family", self.family), ("title", self.title), ("scope", self.scope),
@@ -58,7 +87,7 @@ class CardForm:
             out += [(f"dep-{i}-{p}", d.get(p, "")) for p in DEP_PARTS]
         for i, link in enumerate(self.links):
             out += [(f"link-{i}-target", link["target"]), (f"link-{i}-meaning", link["meaning"])]
-        return out
+        return out + [(f"base-{k}", v) for k, v in self.digests().items()]
 
     def body(self) -> CardWrite:
         """The card body this form asks for (blank optional fields left out).
@@ -97,6 +126,36 @@ class CardForm:
             f"dependencies[{i}]" for i in range(len(self.dependencies))} | {
             f"links[{i}]" for i in range(len(self.links))}
         self.errors[name if name in known else "form"] = plain_message(exc.message)
+
+
+def merged(stored: CardForm, mine: CardForm) -> tuple[CardForm, dict[str, str]]:
+    """A three-way merge of a save that went stale: the stored card with the fields the person
+    changed since the revision they opened (``mine.base``) put on top. Returns the merged form
+    (at the stored revision, with the stored card's digests as its base) and, per field that
+    anyone changed, who: ``mine``, ``theirs`` or ``both`` (the person's value is applied)."""
+    changed_by_me = mine.changed_since_base()
+    theirs_now = stored.digests()
+    changed_by_them = {k for k, d in theirs_now.items() if mine.base and mine.base.get(k) != d}
+    out = CardForm(**{**stored.__dict__, "content": dict(stored.content), "errors": {},
+                      "base": theirs_now})
+    for name in changed_by_me:
+        if name == "title":
+            out.title = mine.title
+        elif name == "scope":
+            out.scope = mine.scope
+        elif name == "concepts":
+            out.concepts = mine.concepts
+        elif name == "dependencies":
+            out.dependencies = mine.dependencies
+        elif name == "links":
+            out.links = mine.links
+        elif name.startswith("content."):
+            out.content[name.removeprefix("content.")] = mine.content.get(
+                name.removeprefix("content."), "")
+    who = {k: "both" if k in changed_by_me and k in changed_by_them
+           else "mine" if k in changed_by_me else "theirs"
+           for k in changed_by_me | changed_by_them}
+    return out, who
 
 
 def from_card(card: Card) -> CardForm:
@@ -138,14 +197,17 @@ def from_pairs(pairs: list[tuple[str, str]], family: str | None = None) -> CardF
             form.links.append(row)
     revision = values.get("revision", "").strip()
     form.revision = int(revision) if revision.isdigit() and len(revision) < 10 else None
+    form.base = {k.removeprefix("base-"): v[:16] for k, v in values.items()
+                 if k.startswith("base-") and len(k) <= 80}
     return form
 
 
-def differences(current: CardForm, mine: CardForm,
-                titles: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def differences(current: CardForm, mine: CardForm, titles: dict[str, str] | None = None,
+                who: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Field by field, the stored card next to the person's version: ``{field, current, mine,
-    differs}`` (texts as a person reads them; a link target by its title when ``titles`` has
-    it)."""
+    differs, who}`` (texts as a person reads them; a link target by its title when ``titles``
+    has it; ``who``: :func:`merged`'s, by field)."""
+    who = who or {}
     titles = titles or {}
     def deps(f: CardForm) -> str:
         return "\n".join(".".join(v for v in (d.get(p) for p in DEP_PARTS) if v)
@@ -163,5 +225,6 @@ def differences(current: CardForm, mine: CardForm,
     rows += [(n, current.content.get(n, ""), mine.content.get(n, "")) for n, _ in current.fields]
     rows += [("concepts", concepts(current), concepts(mine)),
              ("dependencies", deps(current), deps(mine)), ("links", links(current), links(mine))]
-    return [{"field": n, "current": a, "mine": b, "differs": a.strip() != b.strip()}
-            for n, a, b in rows]
+    content = {n for n, _ in current.fields}
+    return [{"field": n, "current": a, "mine": b, "differs": a.strip() != b.strip(),
+             "who": who.get(f"content.{n}" if n in content else n)} for n, a, b in rows]

@@ -16,6 +16,7 @@ from shared.archive.browser_sessions import BrowserSessions
 from writer.routes import provide_archive  # noqa: F401 - the one provider, re-used by the pages
 from shared.auth import Principal
 from shared.errors import ArchiveError, Unauthorized
+from shared.validation_words import plain_message
 
 log = logging.getLogger("memarc.admin")
 
@@ -129,7 +130,9 @@ async def provide_person(request: Request) -> Person:
     if workspace is not None and workspace != principal.workspace:
         raise SignInRequired(f"you are signed in to workspace {principal.workspace!r}, not "
                              f"{workspace!r}: sign in with a token of {workspace!r}", "workspace")
-    return Person(principal, secret or "")
+    person = Person(principal, secret or "")
+    request.state.admin_person = person  # the error pages keep the person's navigation
+    return person
 
 
 def render(name: str, person: Person | None, *, status: int = 200, **context: Any) -> Template:
@@ -172,26 +175,32 @@ def _archive_error(request: Request, exc: ArchiveError) -> Response:
         log.warning("%s %s -> %s: %s", request.method, request.url.path, exc.code, exc.message)
     titles = {403: "Not allowed", 404: "Not found", 409: "Changed meanwhile",
               422: "Not valid", 503: "Temporarily unavailable"}
-    return render("error.html", None, status=exc.status,
-                  title=titles.get(exc.status, "Something went wrong"), message=exc.message,
-                  code=exc.code)
+    return render("error.html", _person_of(request), status=exc.status,
+                  title=titles.get(exc.status, "Something went wrong"),
+                  message=plain_message(exc.message), code=exc.code)
+
+
+def _person_of(request: Request) -> Person | None:
+    """The signed-in person of a page that failed after :func:`provide_person` ran (its
+    navigation and sign-out stay on the error page), else None."""
+    return getattr(request.state, "admin_person", None)
 
 
 def _http_error(request: Request, exc: HTTPException) -> Response:
     if isinstance(exc, PermissionDeniedException) and "CSRF" in str(exc.detail):
-        return render("error.html", None, status=403, title="Nothing was changed",
+        return render("error.html", _person_of(request), status=403, title="Nothing was changed",
                       message="This form did not carry this site's security token (it is "
                               "older than your sign-in, or it came from another site). "
                               "Nothing was saved: go back, reload the page and try again.",
                       code="csrf")
     if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
         # a query or path value out of its bounds: say which, not "Validation failed for GET …"
-        reasons = "; ".join(f"{e.get('key')}: {e.get('message')}" for e in exc.extra
-                            if isinstance(e, dict))
-        return render("error.html", None, status=exc.status_code, title="Not valid",
-                      message=f"This address asks for something the page cannot show "
-                              f"({reasons}). Go back and change it.", code="bad_request")
-    return render("error.html", None, status=exc.status_code, title=str(exc.detail),
+        reasons = " ".join(plain_message(f"{e.get('message')} - at `$.{e.get('key')}`")
+                           for e in exc.extra if isinstance(e, dict))
+        return render("error.html", _person_of(request), status=exc.status_code, title="Not valid",
+                      message=f"This address asks for something the page cannot show: "
+                              f"{reasons} Go back and change it.", code="bad_request")
+    return render("error.html", _person_of(request), status=exc.status_code, title=str(exc.detail),
                   message=str(exc.detail), code="http_error")
 
 
