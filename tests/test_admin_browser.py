@@ -145,6 +145,50 @@ async def test_long_unbroken_values_wrap_on_the_card_pages(make_env, chromium, w
 
 
 @pytest.mark.parametrize("width,height", SIZES)
+async def test_a_card_deleted_meanwhile_keeps_the_typing_in_chromium(make_env, chromium, width,
+                                                                     height):
+    """Two tabs' worth of races as a person meets them, at 1280×800 and 1920×1080: a save of a
+    card deleted meanwhile shows, on the first screen, why nothing was saved, with the typed
+    title kept in a new card's form; a delete confirmed after the card was deleted elsewhere
+    says "Deleted already" and keeps the navigation."""
+    from playwright.async_api import async_playwright
+
+    size = f"{width}x{height}"
+    OUT.mkdir(exist_ok=True)
+    async with make_env() as env:
+        env.workspace("acme")
+        manager = env.token("acme")
+        ids = [(await env.client.post(API, headers=manager, json={
+            "family": "sql_rule", "title": title, "content": {"rule": "R."}})).json()["card"]["id"]
+            for title in ("Edited here", "Deleted twice")]
+        server, task, base = await start_server(env.app)
+        cards = f"{base}/admin/workspaces/acme/cards"
+        try:
+            async with async_playwright() as pw:
+                browser, page = await signed_in_page(pw, chromium, base, manager, width, height)
+                await page.goto(f"{cards}/{ids[0]}")
+                await page.fill("#title", "Edited here, then saved")
+                assert (await env.client.delete(f"{API}/{ids[0]}", headers=manager)).is_success
+                await navigate(page, page.click("input[type=submit][value='Save']"))
+                banner = page.locator("#outcome")
+                assert "This card is gone: it was deleted meanwhile" in await banner.inner_text()
+                box = await banner.bounding_box()
+                assert box["y"] + box["height"] <= height, box  # on the first screen
+                assert await page.input_value("#title") == "Edited here, then saved"
+                assert await page.is_visible("input[type=submit][value='Create card']")
+                await look(page, "deleted-meanwhile", size)
+                await page.goto(f"{cards}/{ids[1]}/delete")
+                assert (await env.client.delete(f"{API}/{ids[1]}", headers=manager)).is_success
+                await navigate(page, page.click("input[type=submit].memarc-danger"))
+                assert await text(page, "h1") == "Deleted already"
+                assert await page.is_visible(".memarc-nav >> text=Cards")
+                await look(page, "deleted-already", size)
+                await browser.close()
+        finally:
+            await stop_server(server, task)
+
+
+@pytest.mark.parametrize("width,height", SIZES)
 async def test_a_person_administers_cards_in_chromium(make_env, chromium, width, height):
     from playwright.async_api import async_playwright
 

@@ -39,7 +39,7 @@ def landing(principal: Principal) -> str:
     """The first page of a signed-in person: the review queue (the workspace's sessions) for
     a reviewer who cannot edit cards, the card list for everyone else."""
     urls = Urls(principal.workspace)
-    if "memory.review" in principal.permissions and "memory.manage" not in principal.permissions:
+    if principal.allows("memory.review") and not principal.allows("memory.manage"):
         return urls.sessions()
     return urls.cards()
 

@@ -18,12 +18,12 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, Parameter
 
 from shared import models
-from shared.archive.activity import record_rejection
 from shared.archive.cards import Archive
 from shared.errors import Forbidden, InvalidInput, NotFound, StaleRevision
 from shared.store.listing import ListQuery
 from writer.routes.admin import forms
-from writer.routes.admin.pages import Person, Urls, provide_archive, provide_person, render, see_other
+from writer.routes.admin.pages import (Person, Urls, provide_archive, provide_person, recorded,
+                                       render, see_other)
 from writer.routes.params import CardId, WorkspaceId
 
 DEPS = {"person": Provide(provide_person), "archive": Provide(provide_archive)}
@@ -45,20 +45,6 @@ def _require_manage(person: Person) -> None:
 async def _pairs(request: Request) -> list[tuple[str, str]]:
     form = await request.form()
     return [(k, v) for k, v in form.multi_items() if isinstance(v, str)]
-
-
-async def _body(form: forms.CardForm, archive: Archive, person: Person, workspace_id: str,
-                verb: str, card_id: str | None = None) -> models.CardWrite:
-    """The card body of ``form``; a value out of its bounds is recorded as a rejected ``verb``
-    (as the JSON route records it) before it is raised.
-
-    :raises InvalidInput: the form's value out of bounds (the field named)."""
-    try:
-        return form.body()
-    except InvalidInput as exc:
-        await record_rejection(archive.db, person.principal, workspace_id, verb, exc,
-                               card_uuid=models.parse_card_id(card_id) if card_id else None)
-        raise
 
 
 async def _save_wait(archive: Archive) -> float:
@@ -120,7 +106,7 @@ async def create_card(request: Request, person: NamedDependency[Person],
     form = forms.from_pairs(await _pairs(request))
     form.revision = None
     try:
-        body = await _body(form, archive, person, workspace_id, "create")
+        body = await recorded(archive, person, workspace_id, "create", form.body)
         result = await archive.create_card(person.principal, workspace_id, body,
                                            await _save_wait(archive))
     except InvalidInput as exc:
@@ -177,7 +163,7 @@ async def _save(person: Person, archive: Archive, workspace_id: str, card_id: st
 
     :raises NotFound: the card is not there (deleted meanwhile)."""
     try:
-        body = await _body(form, archive, person, workspace_id, "update", card_id)
+        body = await recorded(archive, person, workspace_id, "update", form.body, card_id)
         result = await archive.update_card(person.principal, workspace_id, card_id, body,
                                            await _save_wait(archive))
     except StaleRevision:
@@ -265,9 +251,10 @@ async def delete_card(request: Request, person: NamedDependency[Person],
                               "activity page says by whom).", code="not_found",
                       activity=Urls(workspace_id).activity(card_id))
     titles = await _titles(archive, person, workspace_id, [link.target for link in detail.card.links])
-    if pairs.get("seen") and pairs["seen"] != _what_goes(detail):
+    seen = _what_goes(detail)
+    if pairs.get("seen") and pairs["seen"] != seen:
         return render("delete.html", person, status=409, card=detail.card, detail=detail,
-                      titles=titles, seen=_what_goes(detail), changed=True)
+                      titles=titles, seen=seen, changed=True)
     result = await archive.delete_card(person.principal, workspace_id, card_id)
     return render("deleted.html", person, card=detail.card, detail=detail, titles=titles,
                   result=result)

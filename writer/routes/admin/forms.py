@@ -23,6 +23,8 @@ DEP_PARTS = ("database", "schema", "table", "column")
 BLANK_ROWS = 2
 _ROW = re.compile(r"^(dep|link)-(\d{1,3})-(\w+)$")
 _MSGSPEC_PATH = re.compile(r"at `\$\.([\w.]+)(?:\[(\d+)\])?")
+
+
 @dataclass
 class CardForm:
     """The values of a card's form, as typed (or as the card holds them), with the errors by
@@ -53,30 +55,40 @@ class CardForm:
         blank = {p: "" for p in (DEP_PARTS if kind == "dependencies" else ("target", "meaning"))}
         return [*filled, *({**blank} for _ in range(BLANK_ROWS))]
 
+    def concept_list(self) -> list[str]:
+        """The concepts typed, one per line or comma-separated, trimmed, blanks left out."""
+        return [c.strip() for c in re.split(r"[\n,]", self.concepts) if c.strip()]
+
+    def dependency_paths(self) -> list[str]:
+        """Each filled dependency row as ``database.schema.table.column`` (blank parts left
+        out)."""
+        return [".".join(v.strip() for v in (d.get(p) or "" for p in DEP_PARTS) if v.strip())
+                for d in self.dependencies]
+
     def values(self) -> dict[str, str]:
         """Each field as one comparable text: ``title``, ``scope``, ``content.<name>``,
         ``concepts``, ``dependencies``, ``links`` (rows one per line, blanks left out)."""
         out = {"title": self.title.strip(), "scope": self.scope.strip()}
         out |= {f"content.{n}": self.content.get(n, "").strip() for n, _ in self.fields}
-        out["concepts"] = "\n".join(c.strip() for c in re.split(r"[\n,]", self.concepts)
-                                    if c.strip())
-        out["dependencies"] = "\n".join(".".join(v.strip() for v in (d.get(p) or "" for p in
-                                                                      DEP_PARTS) if v.strip())
-                                        for d in self.dependencies)
+        out["concepts"] = "\n".join(self.concept_list())
+        out["dependencies"] = "\n".join(self.dependency_paths())
         out["links"] = "\n".join(f"{link['target'].strip()} {link['meaning'].strip()}"
                                  for link in self.links)
         return out
 
+    def own_digests(self) -> dict[str, str]:
+        """:meth:`values` digested (SHA-256, 16 hex digits each): the form's fields as they
+        are now."""
+        return {k: hashlib.sha256(v.encode()).hexdigest()[:16] for k, v in self.values().items()}
+
     def digests(self) -> dict[str, str]:
-        """:meth:`values` digested (SHA-256, 16 hex digits each): the ``base-<field>`` inputs
-        of an edit form. Once posted, the form's :attr:`base` when it has one."""
-        return self.base or {k: hashlib.sha256(v.encode()).hexdigest()[:16]
-                             for k, v in self.values().items()}
+        """The ``base-<field>`` inputs of an edit form: the posted :attr:`base` when the form
+        has one, else :meth:`own_digests` (a form read from the stored card)."""
+        return self.base or self.own_digests()
 
     def changed_since_base(self) -> set[str]:
         """The fields whose value differs from :attr:`base` (all of them without a base)."""
-        mine = CardForm(**{**self.__dict__, "base": {}}).digests()
-        return {k for k, d in mine.items() if self.base.get(k) != d}
+        return {k for k, d in self.own_digests().items() if self.base.get(k) != d}
 
     def pairs(self) -> list[tuple[str, str]]:
         """The form as (name, value) pairs, for hidden inputs that carry it to another POST."""
@@ -99,7 +111,7 @@ class CardForm:
         data: dict[str, Any] = {
             "family": self.family, "title": self.title, "scope": self.scope.strip() or None,
             "content": content,
-            "concepts": [c.strip() for c in re.split(r"[\n,]", self.concepts) if c.strip()],
+            "concepts": self.concept_list(),
             "dependencies": deps,
             "links": [{"target": link["target"].strip(), "meaning": link["meaning"]}
                       for link in self.links]}
@@ -138,20 +150,12 @@ def merged(stored: CardForm, mine: CardForm) -> tuple[CardForm, dict[str, str]]:
     changed_by_them = {k for k, d in theirs_now.items() if mine.base and mine.base.get(k) != d}
     out = CardForm(**{**stored.__dict__, "content": dict(stored.content), "errors": {},
                       "base": theirs_now})
-    for name in changed_by_me:
-        if name == "title":
-            out.title = mine.title
-        elif name == "scope":
-            out.scope = mine.scope
-        elif name == "concepts":
-            out.concepts = mine.concepts
-        elif name == "dependencies":
-            out.dependencies = mine.dependencies
-        elif name == "links":
-            out.links = mine.links
-        elif name.startswith("content."):
-            out.content[name.removeprefix("content.")] = mine.content.get(
-                name.removeprefix("content."), "")
+    for name in changed_by_me:  # the names of values(): a content field, or an attribute
+        if name.startswith("content."):
+            field_name = name.removeprefix("content.")
+            out.content[field_name] = mine.content.get(field_name, "")
+        else:
+            setattr(out, name, getattr(mine, name))
     who = {k: "both" if k in changed_by_me and k in changed_by_them
            else "mine" if k in changed_by_me else "theirs"
            for k in changed_by_me | changed_by_them}
@@ -209,22 +213,18 @@ def differences(current: CardForm, mine: CardForm, titles: dict[str, str] | None
     has it; ``who``: :func:`merged`'s, by field)."""
     who = who or {}
     titles = titles or {}
-    def deps(f: CardForm) -> str:
-        return "\n".join(".".join(v for v in (d.get(p) for p in DEP_PARTS) if v)
-                         for d in f.dependencies)
 
     def links(f: CardForm) -> str:
         named = [(f"“{titles[t]}”" if (t := link["target"]) in titles else t, link["meaning"])
                  for link in f.links]
         return "\n".join(f"{t} ({m})" if m else t for t, m in named)
 
-    def concepts(f: CardForm) -> str:
-        return "\n".join(c.strip() for c in re.split(r"[\n,]", f.concepts) if c.strip())
-
     rows = [("title", current.title, mine.title), ("scope", current.scope, mine.scope)]
     rows += [(n, current.content.get(n, ""), mine.content.get(n, "")) for n, _ in current.fields]
-    rows += [("concepts", concepts(current), concepts(mine)),
-             ("dependencies", deps(current), deps(mine)), ("links", links(current), links(mine))]
+    rows += [("concepts", "\n".join(current.concept_list()), "\n".join(mine.concept_list())),
+             ("dependencies", "\n".join(current.dependency_paths()),
+              "\n".join(mine.dependency_paths())),
+             ("links", links(current), links(mine))]
     content = {n for n, _ in current.fields}
     return [{"field": n, "current": a, "mine": b, "differs": a.strip() != b.strip(),
              "who": who.get(f"content.{n}" if n in content else n)} for n, a, b in rows]

@@ -1,24 +1,29 @@
 """What every administration page uses: the signed-in person (a dependency), page rendering,
-the URLs of a workspace's pages, and the errors as pages (one table of exception handlers)."""
+the URLs of a workspace's pages, a form's rejection recorded like the API's, and the errors as
+pages (one table of exception handlers)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect, Template
 
+from shared.archive.activity import record_rejection
 from shared.archive.browser_sessions import BrowserSessions
 from writer.routes import provide_archive  # noqa: F401 - the one provider, re-used by the pages
 from shared.auth import Principal
-from shared.errors import ArchiveError, Unauthorized
+from shared.errors import ArchiveError, InvalidInput, Unauthorized
+from shared.models import parse_card_id
 from shared.validation_words import plain_message
 
 log = logging.getLogger("memarc.admin")
+T = TypeVar("T")
 
 PREFIX = "/admin"
 #: the session cookie: HttpOnly, SameSite=Strict, path /admin, Secure over https
@@ -133,6 +138,21 @@ async def provide_person(request: Request) -> Person:
     person = Person(principal, secret or "")
     request.state.admin_person = person  # the error pages keep the person's navigation
     return person
+
+
+async def recorded(archive: Any, person: Person, workspace: str, verb: str,
+                   convert: Callable[[], T], card_id: str | None = None) -> T:
+    """``convert()`` (a form read into the use case's request); a value out of its bounds is
+    recorded as a rejected ``verb`` of ``person`` (as the JSON route's boundary records it)
+    before it is raised.
+
+    :raises InvalidInput: the form's value out of bounds (the field named)."""
+    try:
+        return convert()
+    except InvalidInput as exc:
+        await record_rejection(archive.db, person.principal, workspace, verb, exc,
+                               card_uuid=parse_card_id(card_id) if card_id else None)
+        raise
 
 
 def render(name: str, person: Person | None, *, status: int = 200, **context: Any) -> Template:

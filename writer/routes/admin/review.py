@@ -21,14 +21,14 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, Parameter
 
 from shared.archive import review_context
-from shared.archive.activity import record_rejection
 from shared.archive.cards import Archive
 from shared.archive.responses import ReviewNeighbours, ReviewReceipt, Summary, SummaryItem
 from shared.errors import ArchiveError, Conflict, Forbidden, InvalidInput
+from shared.validation_words import plain_message
 from shared.workflow.requests import ReviewRequest
 from writer.routes.admin import forms, review_form
-from writer.routes.admin.pages import (Person, Urls, provide_archive, provide_person, render,
-                                       see_other)
+from writer.routes.admin.pages import (Person, Urls, provide_archive, provide_person, recorded,
+                                       render, see_other)
 
 DEPS = {"person": Provide(provide_person), "archive": Provide(provide_archive)}
 WorkspaceId = Annotated[str, Parameter(max_length=63)]
@@ -143,7 +143,7 @@ def _summary_page(person: Person, summary: Summary, posted: review_form.Posted |
                 e.error = outcome["message"]
     return render("review.html", person, current="sessions", summary=summary, entries=entries,
                   review_id=uuid.uuid4().hex, note=posted.note if posted else "",
-                  outcome=outcome, status=status, nearby=nearby)
+                  outcome=outcome, status=status, nearby=nearby, current_title=current_title)
 
 
 def _receipt(person: Person, summary: Summary, receipt: ReviewReceipt,
@@ -177,11 +177,8 @@ async def apply_review(request: Request, person: NamedDependency[Person],
         return see_other(Urls(workspace_id).session(session_id, review=posted.review_id,
                                                     replayed="1"))
     try:
-        try:
-            req = review_form.request(posted, summary.proposals)
-        except InvalidInput as exc:  # out of bounds before the use case: recorded here
-            await record_rejection(archive.db, person.principal, workspace_id, "review", exc)
-            raise
+        req = await recorded(archive, person, workspace_id, "review",
+                             lambda: review_form.request(posted, summary.proposals))
         result = await workflow.review(person.principal, workspace_id, session_id, req)
     except (InvalidInput, Conflict) as exc:
         if not summary.counts.get("open") and not isinstance(exc, InvalidInput):
@@ -199,18 +196,25 @@ async def apply_review(request: Request, person: NamedDependency[Person],
         session_id, review=result.receipt.review_id, replayed="1" if result.replayed else None))
 
 
+def current_title(item: SummaryItem) -> str:
+    """The title of the card an item names as the card holds it now: an update's title before
+    its change (the proposal's own title otherwise)."""
+    if "title" in item.changes:
+        return str(item.changes["title"].before)
+    return item.card.title if item.card else ""
+
+
 def _refusal(exc: ArchiveError, summary: Summary) -> dict[str, Any]:
     """What the page says about a refused apply: ``{code, message, item, card_id, title,
     current_revision}`` (the card that changed, for a stale update)."""
     item = exc.extra.get("item")
     card_id = exc.extra.get("card_id")
-    title = next((i.changes["title"].before if "title" in i.changes else i.card.title
-                  for i in summary.proposals if i.card_id == card_id and i.card is not None),
-                 None)  # the card's title now, not the one the update proposes
+    title = next((current_title(i) for i in summary.proposals
+                  if i.card_id == card_id and i.card is not None), None)
     number = next((n for n, i in enumerate(summary.proposals) if i.key == item), None)
     # the archive names a proposal by its place in the request ("selected[0] (key 'k'): …");
     # the page names it by its number on the page, and the rest in a person's words
-    message = forms.plain_message(_SELECTED.sub("", exc.message))
+    message = plain_message(_SELECTED.sub("", exc.message))
     return {"code": exc.code, "message": message, "item": item, "card_id": card_id,
             "title": title, "current_revision": exc.extra.get("current_revision"),
             "number": number}

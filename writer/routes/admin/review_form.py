@@ -100,7 +100,7 @@ def edits(form: forms.CardForm, preview: CardPreview) -> ReviewEdits | None:
         changed["content"] = content
     if form.scope.strip() != (preview.scope or ""):
         changed["scope"] = form.scope.strip()
-    concepts = [c.strip() for c in re.split(r"[\n,]", form.concepts) if c.strip()]
+    concepts = form.concept_list()
     if concepts != list(preview.concepts):
         changed["concepts"] = concepts
     deps = [{p: (d.get(p) or "").strip() or None for p in forms.DEP_PARTS}
