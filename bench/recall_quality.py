@@ -97,10 +97,10 @@ class QueryCache:
     def clear(self) -> None:
         self._memo.clear()
 
-    async def embed_query(self, text: str, language: str) -> Any:
-        key = ("embed", text, language)
+    async def embed_query(self, text: str, language: str, model: Any = None) -> Any:
+        key = ("embed", text, language, model)
         if key not in self._memo:
-            self._memo[key] = await self._embedder.embed_query(text, language)
+            self._memo[key] = await self._embedder.embed_query(text, language, model)
         return self._memo[key]
 
     def index(self, engine: Any) -> Any:
@@ -117,14 +117,16 @@ class _CachedIndex:
 
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: Any, flt: Any,
                            limit: int, *, dense_names: tuple[str, ...] = (DENSE,),
-                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list]:
+                           sparse_names: tuple[str, ...] = (BM25,),
+                           collection: str | None = None) -> dict[str, list]:
         base = (id(self._engine), workspace, tuple(dense), tuple(sparse.indices),
-                tuple(sparse.values), msgspec.json.encode(flt), limit)
+                tuple(sparse.values), msgspec.json.encode(flt), limit, collection)
         need_d = tuple(n for n in dense_names if (base, "d", n) not in self._memo)
         need_s = tuple(n for n in sparse_names if (base, "s", n) not in self._memo)
         if need_d or need_s:
             got = await self._engine.hybrid_query(workspace, dense, sparse, flt, limit,
-                                                  dense_names=need_d, sparse_names=need_s)
+                                                  dense_names=need_d, sparse_names=need_s,
+                                                  collection=collection)
             for n in need_d:
                 self._memo[(base, "d", n)] = got.get(n, [])
             for n in need_s:
@@ -147,10 +149,15 @@ class PeerIndex:
     def __init__(self, peer: QdrantEdgeEngine, product: Any):
         self._peer, self._product = peer, product
 
-    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
+    async def check_collection(self, workspace: str, layout: VectorLayout,
+                               collection: str | None = None) -> str | None:
         if await self._peer.check_collection(workspace, layout) is None:
             return None
         return await self._product.physical_collection(workspace)
+
+    async def hybrid_query(self, *args: Any, collection: str | None = None, **kwargs: Any) -> Any:
+        """The peer's own collection of the workspace (recall names the product's)."""
+        return await self._peer.hybrid_query(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._peer, name)

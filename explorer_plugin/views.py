@@ -187,13 +187,16 @@ async def verified_recall(datasette: Any, request: Any, workspace: str, req: Sea
 
 
 def _result_rows(response: RecallResponse) -> list[dict[str, Any]]:
-    """Template rows of a recall response: rank, card, score (six decimals), the retrieval path
-    as ``{id, title}`` steps (titles of the cards returned) and the retrieval ranks."""
+    """Template rows of a recall response: rank, card, score (six decimals), similarity (three
+    decimals, or a dash), whether it is below the workspace's floor, the retrieval path as
+    ``{id, title}`` steps (titles of the cards returned) and the retrieval ranks."""
     titles = {r.card.id: r.card.title for r in response.results}
     return [{
         "rank": rank,
         "card": r.card,
         "score": f"{r.score:.6f}",
+        "similarity": f"{r.similarity:.3f}" if r.similarity is not None else "–",
+        "below_floor": r.below_floor,
         "path": [{"id": cid, "title": titles.get(cid)} for cid in r.retrieval.path],
         "retrieval": r.retrieval,
     } for rank, r in enumerate(response.results, start=1)]
@@ -219,6 +222,7 @@ async def recall_view(datasette: Any, request: Any) -> Response:
     elif query:
         try:
             req = params.search_request(request, query)
+            context["request_made"] = req
             context["response"] = await verified_recall(datasette, request, workspace, req)
         except (InvalidInput, Forbidden, Unavailable) as exc:
             # shown with the form, so the search can be corrected (like Datasette's SQL errors)

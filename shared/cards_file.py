@@ -1,7 +1,8 @@
 """The cards file (the archive's import format): reading one, and the bundled BIRD cards file.
 
 A cards file is JSON Lines (optionally gzip-compressed), one :class:`shared.models.ImportCard` per
-line; ``POST …/import`` and ``memarc up --demo`` take it (idempotent by key), ``memarc convert-bird``
+line, and optionally curated evaluation cases, one :class:`shared.models.CaseLine`
+(``{"evaluation_case": {...}}``) per line; ``POST …/import`` and ``memarc up --demo`` take it (idempotent by key), ``memarc convert-bird``
 and ``memarc export`` (``GET …/export``) write one.
 """
 
@@ -13,7 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from shared.errors import ArchiveError, InvalidInput
-from shared.models import ImportCard, decode_json
+import msgspec
+
+from shared.models import CaseLine, ImportCard, decode_json
 
 
 def bundled_cards() -> Path:
@@ -24,18 +27,47 @@ def bundled_cards() -> Path:
 
 def decode_cards(lines: Iterable[bytes], where: str = "line ") -> list[ImportCard]:
     """The cards of a cards file's ``lines`` (each one JSON object), blank lines skipped, in
-    order: what ``POST …/import`` and :func:`read_cards` both read.
+    order: what :func:`read_cards` reads (:func:`decode_cards_file` without cases).
+
+    :raises InvalidInput: a line is invalid, or holds an evaluation case, named
+        ``{where}{number}: {why}`` (numbers from 1).
+    """
+    cards, cases = decode_cards_file(lines, where)
+    if cases:
+        raise InvalidInput(f"{where}{cases[0][0]}: an evaluation case, where cards are read")
+    return cards
+
+
+def _is_case(line: bytes) -> bool:
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return False
+    return isinstance(value, dict) and "evaluation_case" in value
+
+
+def decode_cards_file(lines: Iterable[bytes], where: str = "line "
+                      ) -> tuple[list[ImportCard], list[tuple[int, CaseLine]]]:
+    """The cards and the curated evaluation cases (with their line numbers) of a cards file's
+    ``lines``, blank lines skipped, in order: what ``POST …/import`` reads. A line is a card
+    unless it is an object with an ``evaluation_case`` member.
 
     :raises InvalidInput: a line is invalid, named ``{where}{number}: {why}`` (numbers from 1).
     """
-    cards = []
+    cards: list[ImportCard] = []
+    cases: list[tuple[int, CaseLine]] = []
     for n, line in enumerate(lines, start=1):
         if line.strip():
             try:
-                cards.append(decode_json(line, ImportCard))
+                try:
+                    cards.append(decode_json(line, ImportCard))
+                except InvalidInput:
+                    if not _is_case(line):
+                        raise
+                    cases.append((n, decode_json(line, CaseLine)))
             except ArchiveError as exc:
                 raise InvalidInput(f"{where}{n}: {exc.message}") from exc
-    return cards
+    return cards, cases
 
 
 def read_cards(path: Path) -> list[ImportCard]:

@@ -41,6 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     dense_model_path: str | None
     dense_model_it: str | None
     dense_model_it_path: str | None
+    model_root: str | None
     bm25_model_path: str | None
     embed_threads: int
     data_dir: str
@@ -48,6 +49,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     lease_seconds: int
     job_timeout_seconds: int
     max_attempts: int
+    eval_every_hours: float
     worker_jobs: int
     lock_timeout_seconds: float
     db_pool_size: int
@@ -70,6 +72,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if language == "it" and self.dense_model_it:
             return self.dense_model_it, self.dense_model_it_path
         return self.dense_model, self.dense_model_path
+
+    def shadow_model_root(self) -> str | None:
+        """The folder under which a shadow rebuild may load another dense model's folder
+        (``MEMARC_MODEL_ROOT``; unset: the folder that holds ``MEMARC_DENSE_MODEL_PATH``; None
+        when neither is set: shadow rebuilds then name fastembed model ids only)."""
+        if self.model_root:
+            return self.model_root
+        if self.dense_model_path:
+            from pathlib import Path
+
+            return str(Path(self.dense_model_path).resolve().parent)
+        return None
 
     def resolved_qdrant_path(self) -> str:
         """Storage folder of the embedded index."""
@@ -209,6 +223,10 @@ SETTINGS: tuple[Setting, ...] = (
             "fastembed dense model id of `it` workspaces; unset: MEMARC_DENSE_MODEL"),
     Setting("MEMARC_DENSE_MODEL_IT_PATH", "dense_model_it_path",
             "local folder of MEMARC_DENSE_MODEL_IT (offline); unset: fastembed downloads it"),
+    Setting("MEMARC_MODEL_ROOT", "model_root",
+            "folder under which `memarc index --shadow --model PATH` may name a model folder "
+            "(API and administration too: a path outside it is refused); unset: the folder that "
+            "holds MEMARC_DENSE_MODEL_PATH"),
     Setting("MEMARC_BM25_MODEL_PATH", "bm25_model_path",
             "local folder of Qdrant/bm25 (offline); unset: fastembed downloads it"),
     Setting("MEMARC_EMBED_THREADS", "embed_threads",
@@ -229,6 +247,10 @@ SETTINGS: tuple[Setting, ...] = (
             _positive),
     Setting("MEMARC_MAX_ATTEMPTS", "max_attempts",
             "failures before an operation is shown as failed", 5, _int),
+    Setting("MEMARC_EVAL_EVERY_HOURS", "eval_every_hours",
+            "hours between two scheduled recall evaluations of a workspace by the worker (the "
+            "runs after an import, a rebuild or a change of model, format or profile happen "
+            "whatever it says); 0: automatic runs off, scheduled or not", 24.0, _float),
     Setting("MEMARC_WORKER_JOBS", "worker_jobs", "concurrent projection jobs per worker", 2,
             _int),
     Setting("MEMARC_LOCK_TIMEOUT_SECONDS", "lock_timeout_seconds",

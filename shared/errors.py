@@ -98,6 +98,13 @@ class Conflict(ArchiveError):
     code = "conflict"
 
 
+class NoPreviousIndex(Conflict):
+    """The workspace has no previous index to switch back to or drop (only a shadow switch
+    keeps one, until it is dropped)."""
+
+    code = "no_previous_index"
+
+
 class StaleRevision(Conflict):
     """The card has changed since the revision this request edits."""
 
@@ -109,6 +116,17 @@ class SummaryChanged(Conflict):
     showed was reviewed or erased meanwhile): reload the summary and review again."""
 
     code = "summary_changed"
+
+
+class SummaryVersionRequired(ArchiveError):
+    """A review that declines every proposal must name the summary version it was made on.
+
+    (``decline_all`` names no proposal; without the ``version`` that ``GET …/summary`` answers
+    it would decline proposals stored after the reviewer looked: RFC 6585's 428 Precondition
+    Required.)"""
+
+    status = 428
+    code = "summary_version_required"
 
 
 class IntegrityViolation(Conflict):

@@ -16,7 +16,11 @@ each must count its own requests without a duplicate-registration error). What i
   ``memarc_projection_lag_seconds``, a histogram of the time from the saving transaction to the
   completed projection of every done operation; and ``memarc_database_up``. The first two are
   totals over every workspace, or per workspace (a ``workspace`` label) when ``/metrics``
-  requires its token: an open scrape names no workspace id (issue 25, case 7).
+  requires its token: an open scrape names no workspace id (issue 25, case 7);
+- the recall evaluations (issue 34), read at scrape time too: ``memarc_evaluation_recall_at_3``
+  by mode and case source, of each workspace's latest finished run (weighted over every
+  workspace on an open scrape), and ``memarc_evaluation_regressions_total``, the runs flagged
+  as a regression.
 
 Labels carry route templates, methods, statuses, stage names and (behind the token) workspace
 ids only: never card content, queries or tokens.
@@ -28,7 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                   HistogramMetricFamily, Metric)
 from prometheus_client.utils import floatToGoString
 
 #: the stages of a recall (DESIGN §5): query embedding, index search (every round), verification
@@ -64,6 +69,19 @@ class QueueFigures:
     workspaces: list[WorkspaceQueue]
     lag_buckets: list[int]
     lag_sum: float
+    #: the latest finished recall evaluation of each workspace that has one
+    evaluations: list[WorkspaceEvaluation] = field(default_factory=list)
+
+
+@dataclass
+class WorkspaceEvaluation:
+    """A workspace's latest finished recall evaluation (issue 34): ``figures`` as the run
+    recorded them (``{mode, source, cases, r3, ...}`` each), and how many of its runs were
+    regressions."""
+
+    workspace: str | None
+    figures: list[dict[str, object]]
+    regressions: int
 
 
 class Metrics:
@@ -137,7 +155,20 @@ def _totals(queue: QueueFigures) -> QueueFigures:
         if ws.oldest_pending_seconds is not None:
             total.oldest_pending_seconds = max(total.oldest_pending_seconds or 0.0,
                                                ws.oldest_pending_seconds)
-    return QueueFigures(workspaces=[total], lag_buckets=queue.lag_buckets, lag_sum=queue.lag_sum)
+    # the evaluations as one: each mode and source's r@3 over every workspace's latest run,
+    # weighted by its number of cases; the regressions added up
+    weighted: dict[tuple[str, str], list[float]] = {}
+    for ev in queue.evaluations:
+        for f in ev.figures:
+            acc = weighted.setdefault((str(f["mode"]), str(f["source"])), [0.0, 0.0])
+            acc[0] += float(f["r3"]) * float(f["cases"])  # type: ignore[arg-type]
+            acc[1] += float(f["cases"])  # type: ignore[arg-type]
+    evaluations = [WorkspaceEvaluation(
+        workspace=None, regressions=sum(ev.regressions for ev in queue.evaluations),
+        figures=[{"mode": m, "source": src, "cases": n, "r3": total / n if n else 0.0}
+                 for (m, src), (total, n) in sorted(weighted.items())])]
+    return QueueFigures(workspaces=[total], lag_buckets=queue.lag_buckets, lag_sum=queue.lag_sum,
+                        evaluations=evaluations)
 
 
 def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
@@ -169,3 +200,20 @@ def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
         buckets.append((floatToGoString(bound), cumulative))
     lag.add_metric([], buckets, queue.lag_sum)
     yield from (ops, oldest, lag)
+    r3 = GaugeMetricFamily("memarc_evaluation_recall_at_3", "Share of evaluation cases whose "
+                           "expected card was in the top 3, in the latest finished recall "
+                           "evaluation (by mode and case source; over every workspace, weighted "
+                           "by cases, unless /metrics requires its token)",
+                           labels=(*named, "mode", "source"))
+    regressions = CounterMetricFamily("memarc_evaluation_regressions", "Recall evaluation runs "
+                                      "flagged as a regression (paired test against the run "
+                                      "before), read from PostgreSQL at scrape time",
+                                      labels=named)
+    for ev in queue.evaluations:
+        label = [ev.workspace] if named else []
+        for f in ev.figures:
+            r3.add_metric([*label, str(f["mode"]), str(f["source"])], float(f["r3"]))  # type: ignore[arg-type]
+        regressions.add_metric(label, ev.regressions)
+    if not queue.evaluations and not named:
+        regressions.add_metric([], 0)
+    yield from (r3, regressions)

@@ -201,6 +201,26 @@ class ImportCard(msgspec.Struct, forbid_unknown_fields=True):
     origin: Origin | None = None
 
 
+class CaseEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A curated recall evaluation case in a cards file (issue 34): its ``key`` (``case-<id>``
+    as exported; a key names the case in later imports of the same workspace), the question,
+    mode, filters, expected cards by key or card id (as links name them), ``match`` and note."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=200)]
+    question: Annotated[str, Meta(min_length=1, max_length=MAX_QUERY)]
+    mode: Mode
+    expected: Annotated[list[CardRef], Meta(min_length=1, max_length=20)]
+    filters: Filters | None = None
+    match: Literal["any", "all"] = "any"
+    note: Annotated[str, Meta(max_length=2000)] | None = None
+
+
+class CaseLine(msgspec.Struct, forbid_unknown_fields=True):
+    """A cards-file line that holds a curated evaluation case instead of a card."""
+
+    evaluation_case: CaseEntry
+
+
 class Link(msgspec.Struct, frozen=True):
     """A link as stored: target card id and meaning."""
 
@@ -256,11 +276,33 @@ class Filters(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defa
         return (self.database, self.schema, self.table, self.column)
 
 
+class ShadowRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Body of ``POST .../index`` for a shadow rebuild (docs/evaluation.md, "Changing the model
+    safely"): build the workspace's index anew with another dense model, ``model_path`` (a
+    model folder under ``MEMARC_MODEL_ROOT``) and/or ``model`` (its fastembed model id;
+    default: the configured ``MEMARC_DENSE_MODEL``), while recall keeps serving the current
+    one; evaluate both on the same cases and switch only when the new one is not worse, or
+    when ``force`` says so."""
+
+    model_path: Annotated[str, Meta(min_length=1, max_length=1000)] | None = None
+    model: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    force: bool = False
+
+
+class IndexRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Body of ``POST .../index`` (optional): ``shadow`` makes it a shadow rebuild."""
+
+    shadow: ShadowRequest | None = None
+
+
 class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
     """Body of ``POST .../search``: query text, result count, mode, families, filters, exclusions,
     and optionally the caller's workflow ``session``: the cards decided in that session (accepted
     or rejected, ``POST .../sessions/{id}/decisions``) are excluded like ``exclude`` and never act
-    as bridges in link expansion (DESIGN §5)."""
+    as bridges in link expansion (DESIGN §5). ``min_score``: leave out results whose
+    ``similarity`` is below this cosine similarity (-1..1), or below the workspace's floor for
+    the mode with ``"floor"`` (none known: nothing is left out); see
+    :mod:`shared.evaluation.floor`."""
 
     query: Annotated[str, Meta(min_length=1, max_length=MAX_QUERY)]
     top: Annotated[int, Meta(ge=1, le=MAX_TOP)] = 10
@@ -269,6 +311,7 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
     filters: Filters | None = None
     exclude: Annotated[list[CardRef], Meta(max_length=MAX_EXCLUDE)] = []
     session: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    min_score: Annotated[float, Meta(ge=-1.0, le=1.0)] | Literal["floor"] | None = None
 
 
 class Retrieval(msgspec.Struct, omit_defaults=True):
@@ -288,11 +331,18 @@ class Retrieval(msgspec.Struct, omit_defaults=True):
 
 
 class RecallResult(msgspec.Struct):
-    """One verified recall result; ``score`` is a ranking score, not a similarity."""
+    """One verified recall result; ``score`` is a ranking score, not a similarity.
+    ``similarity``: the strongest cosine similarity between the query and the card's dense
+    vectors that the mode searches, or, for a card reached through a link, that of the card
+    it was reached from when higher (None: the card has none of those vectors);
+    ``below_floor``: the similarity is below the workspace's floor for the mode, under which
+    an evaluation almost never found an expected card (:mod:`shared.evaluation.floor`)."""
 
     card: Card
     score: float
     retrieval: Retrieval
+    similarity: float | None = None
+    below_floor: bool = False
 
 
 #: The budgets of link expansion a recall can hit (DESIGN §5 step 3,
@@ -323,12 +373,15 @@ class RecallResponse(msgspec.Struct):
     says how link expansion went (and whether a budget cut it short). ``not_indexed``: how many
     of the workspace's cards were saved but are not indexed yet (their projection is pending,
     running or failed), which no recall can return until the worker indexes them: 0 when the
-    index is up to date; a caller should say that the answer may be incomplete otherwise."""
+    index is up to date; a caller should say that the answer may be incomplete otherwise.
+    ``floor``: the workspace's similarity floor for the mode (None: no evaluation of the
+    serving model has made one yet)."""
 
     results: list[RecallResult]
     excluded: int
     expansion: ExpansionSummary
     not_indexed: int = 0
+    floor: float | None = None
 
 
 def reject_nul(text: str | None, field: str) -> None:

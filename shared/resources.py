@@ -103,7 +103,9 @@ class Resources:
         :class:`~shared.errors.IndexUnavailable` / :class:`~shared.errors.EmbedderUnavailable`.
         """
         return Archive(self.db, self.queue, self.index, self.embedder, privacy=self.privacy,
-                       metrics=self.metrics, metrics_outage=self.metrics_outage)
+                       metrics=self.metrics, metrics_outage=self.metrics_outage,
+                       model_root=self.settings.shadow_model_root(),
+                       dense_model=self.settings.dense_model)
 
     async def close(self) -> None:
         """Close everything opened."""

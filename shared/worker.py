@@ -7,7 +7,8 @@ killed worker) is picked up again. The sweep also drops the index collection of 
 removed by ``memarc workspace delete`` (:func:`drop_removed_collections`): that command runs in
 another process, with the migrator login, and cannot open an embedded index that ``memarc up``
 holds. Once an hour it purges the administration's ended browser sessions and used sign-in
-links (:func:`purge_admin_sessions`).
+links (:func:`purge_admin_sessions`), and every few seconds it queues the recall evaluations
+that are due and offers again those whose job was lost (:func:`schedule_evaluations`).
 """
 
 from __future__ import annotations
@@ -16,18 +17,25 @@ import asyncio
 import logging
 import time
 import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 from arq import Worker, cron
 
 from shared.projection import recovery
 from shared.projection.project import BATCH_SIZE, project_operations
-from shared.projection.queue import (PROJECT_JOB, QUEUE_NAME, REBUILD_JOB, OutageLog,
-                                     is_queue_error, job_id, rebuild_job_id, redis_settings)
+from shared.evaluation import schedule
+from shared.evaluation.run import execute as execute_evaluation
+from shared.evaluation.run import gate as evaluation_gate
+from shared.evaluation.run import profiles_digest
+from shared.projection.queue import (EVALUATE_JOB, PROJECT_JOB, QUEUE_NAME, REBUILD_JOB,
+                                     OutageLog, evaluation_job_id, is_queue_error, job_id,
+                                     rebuild_job_id, redis_settings)
+from shared.recall.profiles import MODE_PROFILES
 from shared.projection.rebuild import rebuild_index
 from shared.errors import ArchiveError, DatabaseUnavailable
 from shared.resources import Resources
-from shared.store import admin_sessions, outbox, rebuilds, workspaces
+from shared.store import activity, admin_sessions, evaluations, outbox, rebuilds, workspaces
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +88,77 @@ async def rebuild_index_job(ctx: dict[str, Any], workspace: str, rebuild_id: str
     """arq job: run a tracked index rebuild (see :mod:`shared.projection.rebuild`)."""
     res: Resources = ctx["resources"]
     assert res.index is not None and res.embedder is not None
+    index, embedder = res.index, res.embedder
+
+    async def gate(candidate: str, model: Any) -> dict[str, Any]:
+        return await evaluation_gate(res.db, index, embedder, workspace, candidate, model,
+                                     actor="shadow rebuild", privacy=res.privacy)
+
     row = await rebuild_index(res.db, res.index, res.embedder, workspace, uuid.UUID(rebuild_id),
                               lease_seconds=max(300, res.settings.lease_seconds),
-                              privacy=res.privacy)
+                              privacy=res.privacy, gate=gate)
     return {"status": row["status"], "error": row["error"]} if row else None
+
+
+async def evaluate_job(ctx: dict[str, Any], workspace: str, run_id: str) -> dict[str, Any] | None:
+    """arq job: run a queued recall evaluation (:func:`shared.evaluation.run.execute`);
+    returns its status and error, or None when it was not claimable."""
+    res: Resources = ctx["resources"]
+    assert res.index is not None and res.embedder is not None
+    row = await execute_evaluation(res.db, res.index, res.embedder, workspace,
+                                   uuid.UUID(run_id), privacy=res.privacy)
+    if row is not None and row["regression"]:
+        log.warning("recall evaluation %s of %s: regression (%s)", run_id, workspace,
+                    "; ".join(f"{t['mode']} {t['source']} r@{t['k']}" for t in
+                              row["regressions"] if t["regression"]))
+    return {"status": row["status"], "error": row["error"]} if row else None
+
+
+async def schedule_evaluations(ctx: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every :data:`shared.evaluation.schedule.CHECK_SECONDS`: offer again each evaluation run
+    whose job was lost (queued, or running under an expired lease), and queue a run in each
+    workspace where one is due (:func:`shared.evaluation.schedule.due`); returns the
+    ``(workspace, trigger)`` of the runs queued.
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached.
+    """
+    res: Resources = ctx["resources"]
+    state = ctx["evaluation_check"]
+    now = asyncio.get_running_loop().time()
+    if res.index is None or res.embedder is None or now < state["next"]:
+        return []
+    state["next"] = now + schedule.CHECK_SECONDS
+    async with res.db.transaction(None) as conn:
+        rows = await evaluations.states(conn)
+    digest = profiles_digest(MODE_PROFILES)
+    queued: list[tuple[str, str]] = []
+    for row in rows:
+        ws = row["workspace_id"]
+        if row["open_run"] is not None:
+            await res.queue.enqueue_evaluation(ws, row["open_run"], row["open_run_expired_lease"])
+            continue
+        try:
+            fingerprint = res.embedder.fingerprint(row["language"], (
+                (row["dense_model"], row["dense_model_path"]) if row["dense_model"] else None))
+        except ArchiveError as exc:
+            log.debug("no evaluation of %s: %s", ws, exc.message)
+            continue
+        trigger = schedule.due(row, fingerprint=fingerprint, profile_digest=digest,
+                               now=datetime.now(timezone.utc),
+                               every_hours=res.settings.eval_every_hours)
+        if trigger is None:
+            continue
+        run_id = uuid.uuid4()
+        async with res.db.transaction(ws, lock="exclusive") as conn:
+            inserted = await evaluations.run_insert(conn, run_id, ws, trigger, "worker")
+            if inserted is None:
+                continue
+            await activity.record(conn, ws, actor="worker", verb="evaluate", outcome="queued",
+                                  detail={"run": str(run_id), "trigger": trigger})
+        await res.queue.enqueue_evaluation(ws, run_id)
+        queued.append((ws, trigger))
+        log.info("recall evaluation of %s queued (%s)", ws, trigger)
+    return queued
 
 
 async def sweep(ctx: dict[str, Any]) -> int:
@@ -197,6 +272,7 @@ async def _sweep(ctx: dict[str, Any]) -> int:
     _database_up(ctx)
     await drop_removed_collections(res)
     await purge_admin_sessions(ctx)
+    await schedule_evaluations(ctx)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),
                                 _job_id=rebuild_job_id(row["rebuild_id"], row["expired_lease"]))
@@ -350,7 +426,9 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
 
     functions = [func(project_operation, name=PROJECT_JOB, keep_result=0, max_tries=1),
                  func(rebuild_index_job, name=REBUILD_JOB, keep_result=0, max_tries=1,
-                      timeout=6 * 3600)]
+                      timeout=6 * 3600),
+                 func(evaluate_job, name=EVALUATE_JOB, keep_result=0, max_tries=1,
+                      timeout=3600)]
     return Worker(
         functions=functions,
         cron_jobs=[cron(sweep, second=seconds, run_at_startup=True, timeout=60,  # type: ignore[arg-type]
@@ -359,7 +437,8 @@ def build_worker(resources: Resources, *, burst: bool = False, max_jobs: int | N
         queue_name=QUEUE_NAME,
         ctx={"resources": resources,
              "database_outage": OutageLog(log, "PostgreSQL is back; projection resumes"),
-             "index_check": {"next": 0.0}, "session_purge": {}},
+             "index_check": {"next": 0.0}, "session_purge": {},
+             "evaluation_check": {"next": 0.0}},
         burst=burst,
         max_jobs=max_jobs or s.worker_jobs,
         handle_signals=handle_signals,

@@ -318,13 +318,14 @@ async def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, 
 
 @asynccontextmanager
 async def live_writer(make_env: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
-                      *permissions: str) -> AsyncIterator[Env]:
-    """An archive (``make_env()``) with workspace ``acme`` whose writer serves on loopback, and
-    ``MEMARC_URL`` / ``MEMARC_TOKEN`` set for the CLI (a token of ``acme`` with
+                      *permissions: str, settings: dict[str, Any] | None = None
+                      ) -> AsyncIterator[Env]:
+    """An archive (``make_env(**settings)``) with workspace ``acme`` whose writer serves on
+    loopback, and ``MEMARC_URL`` / ``MEMARC_TOKEN`` set for the CLI (a token of ``acme`` with
     ``permissions``, default ``memory.manage``); the server stops on the way out."""
     from writer.app import create_app
 
-    async with make_env() as env:
+    async with make_env(**(settings or {})) as env:
         env.workspace("acme")
         token = env.token("acme", *permissions)["Authorization"].split()[1]
         server, task, url = await start_server(create_app(env.settings, env.resources))

@@ -200,6 +200,21 @@ async def test_both_engines_give_identical_rankings(embedder, tmp_path: Path):
                     for branch in (*ARCHIVE_DENSE, *ARCHIVE_SPARSE):
                         _assert_same_ranking(got["local"][branch], got["edge"][branch], limit,
                                              f"{branch} {query!r} {f} limit={limit}")
+            # the look-up by id gives each point's score of the unfiltered dense ranking, on
+            # both engines; a deleted or unknown id is absent
+            ranked = await engines["local"].hybrid_query("acme", qd, qs, IndexFilter(), 50,
+                                                         dense_names=ARCHIVE_DENSE,
+                                                         sparse_names=())
+            ids = [uuid.UUID(int=1), uuid.UUID(int=3), uuid.UUID(int=len(points)),
+                   uuid.UUID(int=999)]
+            for name, e in engines.items():
+                scores = await e.dense_scores("acme", qd, ids, ARCHIVE_DENSE)
+                assert set(scores) == set(ARCHIVE_DENSE), name
+                for branch in ARCHIVE_DENSE:
+                    want = {h.id: h.score for h in ranked[branch] if h.id in ids}
+                    assert set(scores[branch]) == set(want) == set(ids[:2]), (name, branch)
+                    for cid, score in want.items():
+                        assert abs(scores[branch][cid] - score) <= 1e-4, (name, branch, cid)
     finally:
         for engine in engines.values():
             await engine.close()

@@ -109,7 +109,7 @@ async def test_the_workspace_list_shows_the_actors_workspaces_only_in_every_form
         r = await get(ds, "/-/memory.json")
         assert r.json() == {"workspaces": [{
             "id": "acme", "language": "en", "created_at": r.json()["workspaces"][0]["created_at"],
-            "cards": 1, "current": 0, "open_operations": 1}]}
+            "cards": 1, "current": 0, "open_operations": 1, "evaluation": None}]}
         assert [w["id"] for w in (await get(ds, "/-/memory.json?_shape=array")).json()] == ["acme"]
         r = await get(ds, "/-/memory.csv")
         assert csv_rows(r.text) == [{"id": "acme", "language": "en", "cards": "1", "current": "0",
@@ -654,7 +654,7 @@ async def test_invalid_recall_input_is_a_400_with_its_message_and_the_form_kept(
 async def test_an_unavailable_index_is_a_503_on_the_recall_page_never_an_empty_result(
         make_env, explorer):
     class DownIndex:
-        async def check_collection(self, *args: Any) -> bool:
+        async def check_collection(self, *args: Any, **kwargs: Any) -> bool:
             raise IndexUnavailable("Qdrant is unavailable: ConnectError")
 
     async with make_env() as env:

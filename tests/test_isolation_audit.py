@@ -84,11 +84,19 @@ async def seed(env) -> dict[str, Any]:
         assert r.status_code == 200, r.text
         rebuild = await env.client.post(f"{base}/index", headers=h)
         assert rebuild.status_code == 202, rebuild.text
+        case = await env.client.post(f"{base}/evaluation-cases", headers=h, json={
+            "question": f"Delta {ws} question", "mode": "search",
+            "expected": [first["card"]["id"]]})
+        assert case.status_code == 201, case.text
+        run = await env.client.post(f"{base}/evaluations", headers=h)
+        assert run.status_code == 202, run.text
         await seed_admin_rows(env, ws, h)  # a browser session, a sign-in link
         data[ws] = {"card": first["card"]["id"], "card2": second.json()["card"]["id"],
                     "session": sess, "rebuild": rebuild.json()["id"],
+                    "case": case.json()["id"], "run": run.json()["id"],
                     "secrets": [first["card"]["id"], second.json()["card"]["id"],
-                                rebuild.json()["id"], f"Alpha {ws}", f"Beta {ws}",
+                                rebuild.json()["id"], case.json()["id"], run.json()["id"],
+                                f"Delta {ws}", f"Alpha {ws}", f"Beta {ws}",
                                 f"Gamma {ws}", f"rev-{ws}", f"run-{ws}"]}
     await env.drain()
     return data
@@ -147,12 +155,18 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
             "removed_tables": ["orders"]},
         ("POST", "/api/workspaces/{workspace_id}/schema-changes/cleanup"): {
             "run_id": "intruder"},
+        ("POST", m + "/evaluation-cases"): {"question": "intruder", "mode": "search",
+                                            "expected": [a["card"]]},
+        ("POST", m + "/index"): {},  # a plain rebuild ({"shadow": ...} for a shadow one)
+        ("PUT", m + "/evaluation-cases/{case_id}"): {"question": "intruder", "mode": "search",
+                                                     "expected": [a["card"]]},
     }
 
 
 def fill(path: str, ids: dict[str, Any], workspace: str) -> str:
     return (path.replace("{workspace_id}", workspace).replace("{card_id}", ids["card"])
-            .replace("{session_id}", ids["session"]).replace("{rebuild_id}", ids["rebuild"]))
+            .replace("{session_id}", ids["session"]).replace("{rebuild_id}", ids["rebuild"])
+            .replace("{run_id}", ids["run"]).replace("{case_id}", ids["case"]))
 
 
 async def call(env, method: str, path: str, body: Any, headers: dict[str, str]):
@@ -183,7 +197,7 @@ async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[st
     # B's token on B's own path with A's ids: 404 or a B-only answer, never A's data
     # (a session id names the caller's own session: proposing or deciding under it creates one;
     # A's card in the body of a decision is refused like any card outside B's workspace, 422)
-    if re.search(r"\{(card|rebuild|session)_id\}", path) and not (
+    if re.search(r"\{(card|rebuild|session|run|case)_id\}", path) and not (
             path.endswith("/proposals")
             or (method, path) == ("POST", f"{SESSION_PATH}/decisions")):
         url = fill(path, a, "wb")
@@ -254,6 +268,9 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "status": ["status", *w],
         "activity": ["activity", *w], "audit": ["audit", *w],
         "index": ["index", *w, "--no-wait"],
+        "eval": ["eval", *w, "--no-wait"], "eval-cases": ["eval-cases", *w],
+        "eval-case-add": ["eval-case-add", *w, "--data", files["case"]],
+        "eval-case-delete": ["eval-case-delete", *w, a["case"]],
         "propose": ["propose", *w, "--session", a["session"], "--data", files["propose"]],
         "summary": ["summary", *w, "--session", a["session"]],
         "sessions": ["sessions", *w, "--status", "all"],
@@ -280,7 +297,9 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
                               ("review", {"review_id": "intruder", "decline_all": True}),
                               ("schema", {"run_id": "x", "database": "shop", "schema": "public",
                                           "removed_tables": ["orders"]}),
-                              ("admin", {"operation": "delete", "card_id": a["card"]})):
+                              ("admin", {"operation": "delete", "card_id": a["card"]}),
+                              ("case", {"question": "intruder", "mode": "search",
+                                        "expected": [a["card"]]})):
             files[name] = str(tmp_path / f"{name}.json")
             (tmp_path / f"{name}.json").write_text(json.dumps(content))
         argvs = cli_argv(a, files)
@@ -478,6 +497,7 @@ def core_calls(a: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         "Archive.delete_card": (a["card"],), "Archive.get_card": (a["card"],),
         "Archive.list_cards": (ListQuery(),), "Archive.pending": (), "Archive.retry": (a["card"],),
         "Archive.activity": (), "Archive.start_rebuild": (),
+        "Archive.index_state": (), "Archive.drop_previous_index": (),
         "Archive.rebuild_status": (a["rebuild"],), "Archive.audit": (),
         "Archive.repair_index": (), "Archive.search": (SearchRequest(query="alpha"),),
         "Archive.status": (),

@@ -310,6 +310,11 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
         SC = "/api/workspaces/acme/schema-changes"  # noqa: N806
         review = {"review_id": "r1", "selected": [{"key": "k1"}]}
         reader = env.token("acme", "memory.read")
+        case_body = {"question": "what is the rule", "mode": "rules", "expected": [card]}
+        case = (await env.client.post(f"{BASE}/evaluation-cases", json=case_body,
+                                      headers=h)).json()["id"]
+        cases = f"{BASE}/evaluation-cases"
+        nope = "00000000-0000-0000-0000-000000000000"
         # (ok path, body; rejected path, body; card id it names[; headers of the rejected one])
         plan: dict[tuple[str, str], tuple[Any, ...]] = {
             ("POST", m): (BASE, _rule(title="Second"), BASE, _rule(title=" "), None),
@@ -338,8 +343,22 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
                                        _run("x3", "crm", "other"), None),  # 409: x2 is open
             ("POST", sc + "/cleanup"): (f"{SC}/cleanup", {"run_id": "x2"}, f"{SC}/cleanup",
                                         {"run_id": "none"}, None),
+            ("POST", m + "/evaluations"): (f"{BASE}/evaluations", None,  # 409: one queued
+                                           f"{BASE}/evaluations", None, None),
+            ("POST", m + "/evaluation-cases"): (cases, case_body, cases,
+                                                {**case_body, "expected": ["mem-nope"]}, None),
+            ("PUT", m + "/evaluation-cases/{case_id:str}"): (f"{cases}/{case}", case_body,
+                                                             f"{cases}/{nope}", case_body, None),
             ("DELETE", m + "/{card_id:str}"): (f"{BASE}/{card}", None, f"{BASE}/{card}", None,
                                                card),
+            ("DELETE", m + "/evaluation-cases/{case_id:str}"): (f"{cases}/{case}", None,
+                                                                f"{cases}/{case}", None, None),
+            # no previous index here, so their rejection only (409 no_previous_index); their
+            # successes, and their activity, are tests/test_shadow_rebuild.py's
+            ("POST", m + "/index/switch-back"): (None, None, f"{BASE}/index/switch-back", None,
+                                                 None),
+            ("DELETE", m + "/index/previous"): (None, None, f"{BASE}/index/previous", None,
+                                                None),
         }
         assert set(plan) == set(routes), set(plan) ^ set(routes)
         order = [k for k in plan if k[0] != "DELETE"] + [k for k in plan if k[0] == "DELETE"]
@@ -349,6 +368,8 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
             for path, body, expect_ok, headers in ((ok_path, ok_body, True, h),
                                                    (bad_path, bad_body, False,
                                                     bad_headers[0] if bad_headers else h)):
+                if path is None:
+                    continue
                 # each route's success, then its rejection (the later routes need the earlier
                 # ones' successes: a failure here may cascade, but never hides the others)
                 with subtests.test(route=" ".join(key), outcome="ok" if expect_ok else "rejected"):

@@ -234,16 +234,17 @@ class RecordingEmbedder:
     def dense_dimension(self) -> int:
         return self.inner.dense_dimension()
 
-    def layout(self, language: str):
-        return self.inner.layout(language)
+    def layout(self, language: str, model=None):
+        return self.inner.layout(language, model=model)
 
-    async def embed_texts(self, dense_texts: list[str], sparse_texts: list[str], language: str):
+    async def embed_texts(self, dense_texts: list[str], sparse_texts: list[str], language: str,
+                          model=None):
         self.documents.extend(dict.fromkeys([*dense_texts, *sparse_texts]))
-        return await self.inner.embed_texts(dense_texts, sparse_texts, language)
+        return await self.inner.embed_texts(dense_texts, sparse_texts, language, model)
 
-    async def embed_query(self, text: str, language: str):
+    async def embed_query(self, text: str, language: str, model=None):
         self.queries.append(text)
-        return await self.inner.embed_query(text, language)
+        return await self.inner.embed_query(text, language, model)
 
 
 SECRET_PW = "Hunter2xyzzy"
@@ -506,6 +507,12 @@ async def _format_1_archive(env, monkeypatch) -> tuple[dict[str, str], list[dict
         conn.execute("DROP INDEX memory.projection_ops_lease_idx")
         conn.execute("ALTER TABLE memory.projection_ops DROP COLUMN lease_order")
         conn.execute("DROP FUNCTION memory.projection_head_start(text, text)")
+        # 024's recall evaluations: its tables, functions and owner policies
+        conn.execute("DROP FUNCTION memory.evaluation_states()")
+        conn.execute("DROP FUNCTION memory.evaluation_latest()")
+        conn.execute("DROP TABLE memory.eval_runs, memory.eval_cases")
+        conn.execute("DROP POLICY owner_all ON memory.projections")
+        conn.execute("DROP POLICY owner_all ON memory.activity")
     return h, cards, theirs
 
 

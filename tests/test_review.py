@@ -125,12 +125,45 @@ async def test_a_proposal_added_after_the_summary_is_neither_applied_nor_decline
         assert "already reviewed" in r.json()["detail"]
 
 
-async def test_without_a_version_a_review_covers_every_open_proposal(make_env):
+async def test_without_a_version_a_review_decides_nothing_it_does_not_name(make_env):
+    """Issue 36's four steps through the HTTP API, as a client that knows no versions: p1 is
+    proposed, the reviewer reads the summary, p2 arrives (201), the review selects p1 without
+    a version. p2 is not declined: it stays open for a review that sees it. A decline_all
+    without a version is a 428 and writes nothing."""
+    async with make_env() as env:
+        agent, reviewer = await _opened(env, "s6", [active_def()])
+        seen = await _summary(env, reviewer)
+        assert [i["key"] for i in seen["proposals"]] == ["active"]
+        r = await env.client.post(f"{SESSION}/s6/proposals", headers=agent,
+                                  json={"proposals": [RULE]})
+        assert r.status_code == 201, r.text
+        receipt = (await _review(env, reviewer, "s6", {
+            "review_id": "rv-old", "selected": [{"key": "active"}]})).json()
+        assert [i["key"] for i in receipt["items"]] == ["active"]
+        assert receipt["declined"] == [] and receipt["open"] == ["rule"]
+        after = await _summary(env, reviewer)
+        assert {i["key"]: i["reviewed"] for i in after["proposals"]} == {
+            "active": "created", "rule": None}
+        # decline_all names nothing: without the version it would decline unseen proposals
+        r = await _review(env, reviewer, "s6", {"review_id": "rv-all", "decline_all": True},
+                          status=428)
+        problem = r.json()
+        assert problem["code"] == "summary_version_required" and problem["field"] == "version"
+        assert "summary" in problem["detail"]
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 1
+        declined = (await _review(env, reviewer, "s6", {
+            "review_id": "rv-all", "version": after["version"], "decline_all": True})).json()
+        assert declined["declined"] == ["rule"] and declined["open"] == []
+
+
+async def test_without_a_version_a_review_covers_what_came_before_what_it_names(make_env):
+    """Every summary that showed the newest proposal a review names showed the ones stored
+    before it: those are decided (declined when not selected)."""
     async with make_env() as env:
         agent, reviewer = await _opened(env, "s6", [active_def(), RULE])
         receipt = (await _review(env, reviewer, "s6", {
-            "review_id": "rv-old", "selected": [{"key": "active"}]})).json()
-        assert receipt["declined"] == ["rule"] and receipt["open"] == []
+            "review_id": "rv-old", "selected": [{"key": "rule"}]})).json()
+        assert receipt["declined"] == ["active"] and receipt["open"] == []
         r = await _review(env, reviewer, "s6", {"review_id": "rv-v", "version": "1-0",
                                                  "decline_all": True}, status=409)
         assert r.json()["code"] == "conflict"  # reviewed already: nothing is open

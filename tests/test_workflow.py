@@ -368,8 +368,10 @@ async def test_a_batch_with_one_stale_update_writes_nothing_and_names_it(make_en
         shown = (await env.client.get(f"{MEM}/{churn['id']}", headers=hm)).json()["card"]
         assert shown["revision"] == 1 and shown["title"] == "Churned customer"
         # no receipt was written: the reviewer can drop the stale item and apply the rest
+        # (with the summary's version, so that the dropped one is declined: the summary showed
+        # it; without a version a proposal stored after the newest one selected stays open)
         body["selected"] = body["selected"][:3]
-        receipt = (await _review(env, hr, "s-3", body)).json()
+        receipt = (await _review(env, hr, "s-3", {**body, "version": summary["version"]})).json()
         assert receipt["declined"] == ["rev-upd"]
         assert [i["action"] for i in receipt["items"]] == ["created", "created", "updated"]
 
@@ -552,8 +554,8 @@ SESSION_ROUTES = {
     "proposals": ("POST", f"{SESSION}/s-r/proposals", {"proposals": [active_def()]},
                   {"memory.propose"}),
     "summary": ("GET", f"{SESSION}/s-r/summary", None, {"memory.propose", "memory.review"}),
-    "review": ("POST", f"{SESSION}/s-r/review", {"review_id": "x", "decline_all": True},
-               {"memory.review"}),
+    "review": ("POST", f"{SESSION}/s-r/review", {"review_id": "x", "selected": [
+        {"key": "active"}]}, {"memory.review"}),
     "solved-index": ("POST", f"{SESSION}/s-r/solved-index", None, {"memory.review"}),
 }
 SESSION_PERMISSIONS = ("memory.read", "memory.manage", "memory.propose", "memory.review",
@@ -707,13 +709,14 @@ async def test_refused_reviews_and_session_requests_write_nothing(make_env, subt
 async def test_declining_all_is_a_receipt_too_and_replays_like_one(make_env):
     async with make_env() as env:
         _, _, hr = await _proposed_session_r(env)
+        version = (await env.client.get(f"{SESSION}/s-r/summary", headers=hr)).json()["version"]
         r = await _review(env, hr, "s-r", {"review_id": "rv-r", "decline_all": True,
-                                           "note": "not reusable"})
+                                           "note": "not reusable", "version": version})
         declined = r.json()
         assert declined["outcome"] == "declined" and declined["declined"] == ["active", "q1"]
         assert declined["items"] == [] and declined["projection"] == []
         again = await _review(env, hr, "s-r", {"review_id": "rv-r", "decline_all": True,
-                                               "note": "not reusable"})
+                                               "note": "not reusable", "version": version})
         assert again.json() == declined and again.headers["idempotent-replayed"] == "true"
         assert env.scalar("SELECT count(*) FROM memory.cards") == 0
 

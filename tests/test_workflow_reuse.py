@@ -202,9 +202,11 @@ async def test_the_reviewer_can_apply_a_possible_duplicate_as_an_update_of_that_
             assert r.status_code == status, r.text
             assert r.json()["item"] == key and words in r.json()["detail"], r.text
         assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
-        # the reviewer answers the possible duplicate: update that card (with an edit)
+        # the reviewer answers the possible duplicate: update that card (with an edit), on
+        # the summary that shows both proposals (so the unselected one is declined)
+        version = (await env.client.get(f"{SESSION}/s/summary", headers=hr)).json()["version"]
         r = await env.client.post(f"{SESSION}/s/review", headers=hr, json={
-            "review_id": "rv", "selected": [{"key": "p", "as_update_of": target,
+            "review_id": "rv", "version": version, "selected": [{"key": "p", "as_update_of": target,
                                              "edits": {"title": "Active customers by country"}}]})
         assert r.status_code == 200, r.text
         receipt = r.json()

@@ -39,7 +39,8 @@ def owned_rows(migrator_url: str, workspace: str) -> dict[str, int]:
 
 async def seed(env, ws: str) -> dict[str, dict[str, str]]:
     """Workspace ``ws`` with something in every table: cards with dependencies and a link, a
-    reviewed session, a schema-change run, a rebuild, activity, projections. Returns its
+    reviewed session, a schema-change run, a rebuild, an evaluation case and run, activity,
+    projections. Returns its
     headers by permission."""
     env.workspace(ws)
     h = {p: env.token(ws, f"memory.{p}") for p in ("manage", "read", "propose", "review",
@@ -69,6 +70,10 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
         "run_id": "sync-1", "database": "crm", "schema": "public", "removed_tables": ["x"]})
     assert r.status_code == 200, r.text
     assert (await env.client.post(f"{mem}/index", headers=h["manage"])).status_code == 202
+    r = await env.client.post(f"{mem}/evaluation-cases", headers=h["manage"], json={
+        "question": "when are invoices issued", "mode": "rules", "expected": [first]})
+    assert r.status_code == 201, r.text
+    assert (await env.client.post(f"{mem}/evaluations", headers=h["manage"])).status_code == 202
     await seed_admin_rows(env, ws, h["manage"])  # a browser session, a sign-in link
     await env.drain()
     return h

@@ -69,9 +69,12 @@ SERVER_NAME = "memarc"
 #: the largest tool result: bytes of its UTF-8 JSON text (about 8,000 tokens of an assistant's
 #: context); :func:`fit` cuts a larger one and says so in its ``truncated`` member
 MAX_RESULT_BYTES = 32_768
-_RECALL_RETURNS = ("Returns the JSON of POST /search: {results: [{card, score, retrieval}], excluded, "
-                   "expansion}; every card verified against PostgreSQL; `score` only orders this "
-                   "query's results (a fused rank score, not a similarity).")
+_RECALL_RETURNS = ("Returns the JSON of POST /search: {results: [{card, score, retrieval, "
+                   "similarity, below_floor}], excluded, expansion, floor}; every card verified "
+                   "against PostgreSQL; `score` only orders this query's results (a fused rank "
+                   "score, not a similarity); `similarity` is the cosine similarity to the "
+                   "question, and `below_floor` marks a result under the workspace's floor, "
+                   "where its evaluations almost never found a card that applied.")
 #: descriptions of the recall tools' arguments (the input schema carries them, with the bounds)
 _RECALL_ARGUMENTS = {
     "query": "The question or term, in the user's words.",
@@ -81,6 +84,8 @@ _RECALL_ARGUMENTS = {
                "(satisfied by one dependency entry of the card).",
     "exclude": "Card ids to leave out.",
     "session": "The caller's workflow session: cards decided in it are left out.",
+    "min_score": "Leave out results whose similarity is below this (-1..1), or below the "
+                 "workspace's floor with \"floor\": an empty answer then means no card applies.",
 }
 
 

@@ -12,7 +12,8 @@ import msgspec
 
 from shared.errors import NotFound
 from shared.models import Card, IncomingLink, card_id_str, parse_card_id
-from shared.store import activity as activity_rows, cards, listing, outbox, workspaces as workspace_rows
+from shared.store import activity as activity_rows, cards, evaluations, listing, outbox
+from shared.store import workspaces as workspace_rows
 from shared.store.database import Database
 from shared.store.listing import ListQuery
 
@@ -116,9 +117,11 @@ async def card_view(db: Database, workspace: str, card_id: str) -> CardView:
         return CardView(card=card, incoming_links=incoming, open_operations=ops, link_titles=titles)
 
 
-async def workspace_overview(db: Database, workspace: str) -> dict[str, int]:
-    """``{cards, current, open_operations}``: card count, cards with a current projection, and
-    incomplete projection operations of a workspace.
+async def workspace_overview(db: Database, workspace: str) -> dict[str, Any]:
+    """``{cards, current, open_operations, evaluation}``: card count, cards with a current
+    projection, incomplete projection operations of a workspace, and its latest finished recall
+    evaluation (``{finished_at, regression, figures: [{mode, source, cases, r1, r3, r5, mrr}]}``,
+    None before the first).
 
     :raises NotFound: no such workspace.
     """
@@ -126,7 +129,12 @@ async def workspace_overview(db: Database, workspace: str) -> dict[str, int]:
         await workspace_rows.get(conn, workspace)
         counts = await outbox.projection_counts(conn)
         _, open_ops = await outbox.pending(conn, limit=0)
-        return {"cards": counts["cards"], "current": counts["current"], "open_operations": open_ops}
+        latest = await evaluations.latest_done(conn)
+    evaluation = None if latest is None else {
+        "finished_at": latest["finished_at"], "regression": bool(latest["regression"]),
+        "figures": (latest["figures"] or {}).get("figures", [])}
+    return {"cards": counts["cards"], "current": counts["current"], "open_operations": open_ops,
+            "evaluation": evaluation}
 
 
 async def activity(db: Database, workspace: str, *, limit: int = 50, offset: int = 0,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import msgspec
 
@@ -25,17 +26,19 @@ from shared import models
 from shared.archive.activity import audited
 from shared.archive.polling import poll
 from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
+                                      IndexState, index_state_view,
                                       CardPage, DeleteResult, DependencyStatus, OpenOperation,
                                       PendingOperation, PendingPage, QueuedRebuild, Readiness,
                                       RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
                                       WriteResult)
 from shared.auth import Principal
-from shared.errors import (Conflict, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
+from shared.errors import (Conflict, NoPreviousIndex, DatabaseUnavailable, EmbedderUnavailable, IndexUnavailable,
                            InvalidInput, NotFound, PoolExhausted, SchemaOutdated)
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine
 from shared.metrics import Metrics, QueueFigures
-from shared.models import (Card, CardWrite, SearchRequest, card_id_str, parse_card_id,
+from shared.config import DEFAULT_DENSE_MODEL
+from shared.models import (Card, CardWrite, SearchRequest, ShadowRequest, card_id_str, parse_card_id,
                            validate_card_write)
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.queue import OutageLog, ProjectionQueue
@@ -46,6 +49,7 @@ from shared.store.listing import ListQuery
 from shared.archive.sessions import Workflow
 from shared.archive.schema_changes import SchemaChanges
 from shared.archive.transfer import Transfer
+from shared.archive.evaluations import Evaluations
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +84,8 @@ class Archive:
     def __init__(self, db: Database, queue: ProjectionQueue,
                  index: IndexEngine | None = None, embedder: Embedder | None = None, *,
                  privacy: PrivacyFilter = DEFAULT_FILTER, metrics: Metrics | None = None,
-                 metrics_outage: OutageLog | None = None) -> None:
+                 metrics_outage: OutageLog | None = None, model_root: str | None = None,
+                 dense_model: str | None = None) -> None:
         self.db = db
         self.queue = queue
         self.index = index
@@ -88,9 +93,14 @@ class Archive:
         self.privacy = privacy
         self.metrics = metrics or Metrics()
         self.metrics_outage = metrics_outage or metrics_outage_log()
+        #: where a shadow rebuild may name a model folder, and the configured model id (the
+        #: default of a shadow request that names a folder only)
+        self.model_root = model_root
+        self.dense_model = dense_model
         self.workflow = Workflow(db, queue)
         self.schema_changes = SchemaChanges(db, queue)
         self.transfer = Transfer(db, queue)
+        self.evaluations = Evaluations(db, queue)
 
     # ---- helpers ----
 
@@ -279,17 +289,62 @@ class Archive:
 
     # ---- index lifecycle (memory.manage) ----
 
-    @audited("index")
-    async def start_rebuild(self, principal: Principal, workspace: str) -> QueuedRebuild:
-        """Queue a tracked rebuild of the workspace's projection (see :mod:`shared.projection.rebuild`).
+    def _shadow(self, req: ShadowRequest) -> dict[str, Any]:
+        """A shadow request checked and resolved: ``{dense_model, dense_model_path, force,
+        restore}``. A folder must be a directory under :attr:`model_root` (so an API token
+        cannot make the server load files from anywhere); whether it holds a usable model the
+        worker finds out when it loads it (the rebuild fails with the loader's message).
 
-        :raises Conflict: a rebuild of this workspace is already queued or running.
+        :raises InvalidInput: neither a folder nor a model id; a folder outside the model root,
+            missing, or not a directory; no model root configured."""
+        if req.model_path is None and req.model is None:
+            raise InvalidInput("a shadow rebuild names the model to build with: model_path "
+                               "and/or model", field="shadow")
+        path = None
+        if req.model_path is not None:
+            if not self.model_root:
+                raise InvalidInput("no model root is configured (MEMARC_MODEL_ROOT): a shadow "
+                                   "rebuild can name a fastembed model id only",
+                                   field="shadow.model_path")
+            root = Path(self.model_root).resolve()
+            folder = Path(req.model_path)
+            folder = (folder if folder.is_absolute() else root / folder).resolve()
+            if not folder.is_relative_to(root):
+                raise InvalidInput(f"model_path must be a folder under the model root {str(root)!r}",
+                                   field="shadow.model_path")
+            if not folder.is_dir():
+                raise InvalidInput(f"no model folder {str(folder)!r}", field="shadow.model_path")
+            path = str(folder)
+        return {"dense_model": req.model or self.dense_model or DEFAULT_DENSE_MODEL,
+                "dense_model_path": path, "force": req.force, "restore": False}
+
+    @audited("index")
+    async def start_rebuild(self, principal: Principal, workspace: str,
+                            shadow: ShadowRequest | None = None, *,
+                            restore: bool = False) -> QueuedRebuild:
+        """Queue a tracked rebuild of the workspace's projection (see
+        :mod:`shared.projection.rebuild`); with ``shadow``, a shadow rebuild with another
+        model, switched in only when its evaluation is not worse (or forced); with
+        ``restore``, a switch back to the previous index a shadow switch kept.
+
+        :raises Conflict: a rebuild of this workspace is already queued or running; a switch
+            back without a previous index (``no_previous_index``).
+        :raises InvalidInput: a bad shadow request (:meth:`_shadow`).
         """
         principal.require(workspace, "memory.manage")
+        spec = self._shadow(shadow) if shadow is not None else None
         rebuild_id = uuid.uuid4()
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
-            row = await rebuilds.insert(conn, rebuild_id, workspace, principal.actor)
+            if restore:
+                recorded = await workspaces.index_collection(conn)
+                if not (recorded or {}).get("previous_collection"):
+                    raise NoPreviousIndex("this workspace has no previous index to switch back "
+                                          "to (only a shadow switch keeps one)")
+                spec = {"dense_model": recorded["previous_dense_model"],
+                        "dense_model_path": recorded["previous_dense_model_path"],
+                        "force": True, "restore": True}
+            row = await rebuilds.insert(conn, rebuild_id, workspace, principal.actor, spec)
             if row is None:
                 active = await rebuilds.latest(conn)
                 raise Conflict("a rebuild of this workspace is already queued or running",
@@ -298,6 +353,41 @@ class Archive:
                                       outcome="queued", detail={"rebuild": str(rebuild_id)})
         row["enqueued"] = await self.queue.enqueue_rebuild(workspace, rebuild_id)
         return msgspec.convert(row, QueuedRebuild)
+
+    async def index_state(self, principal: Principal, workspace: str) -> IndexState:
+        """The workspace's index as PostgreSQL records it: its collection and dense model, and
+        the previous index a shadow switch kept (what a switch back restores)."""
+        principal.require(workspace, "memory.manage")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            row = await workspaces.index_collection(conn)
+        return index_state_view(row, self.dense_model)
+
+    @audited("index")
+    async def drop_previous_index(self, principal: Principal, workspace: str) -> IndexState:
+        """Drop the previous index a shadow switch kept (no switch back after this).
+
+        :raises Conflict: no previous index (``no_previous_index``) or a rebuild is open.
+        :raises IndexUnavailable: the engine cannot drop it (nothing recorded changes)."""
+        principal.require(workspace, "memory.manage")
+        if self.index is None:
+            raise IndexUnavailable("this process has no index")
+        async with self.db.transaction(workspace, lock="exclusive") as conn:
+            await workspaces.get(conn, workspace)
+            row = await workspaces.index_collection(conn)
+            previous = (row or {}).get("previous_collection")
+            if not previous:
+                raise NoPreviousIndex("this workspace has no previous index")
+            latest = await rebuilds.latest(conn)
+            if latest is not None and latest["status"] in ("queued", "running"):
+                raise Conflict("a rebuild of this workspace is queued or running",
+                               rebuild=str(latest["id"]))
+            await self.index.drop_collection(previous)
+            await workspaces.forget_previous_index(conn, workspace)
+            await activity.record(conn, workspace, actor=principal.actor, verb="index",
+                                  outcome="dropped", detail={"collection": previous})
+            row = await workspaces.index_collection(conn)
+        return index_state_view(row, self.dense_model)
 
     async def rebuild_status(self, principal: Principal, workspace: str,
                              rebuild_id: str | None = None) -> Rebuild:

@@ -22,7 +22,7 @@ from shared.workflow.requests import CardPreview, Decision, FieldChange, Possibl
 
 __all__ = ["ActivityEntry", "ActivityPage", "AuditReport", "CardDetail", "CardPage",
            "DeleteResult", "DependencyStatus", "ImportResult", "OpenOperation",
-           "PendingOperation", "PendingPage", "QueuedRebuild", "Readiness", "RecallResponse",
+           "PendingOperation", "PendingPage", "QueuedRebuild", "IndexModel", "IndexState", "Readiness", "RecallResponse",
            "Rebuild", "RetryResult", "WorkspaceStatus", "WriteResult"]
 
 
@@ -114,8 +114,8 @@ class ImportResult(msgspec.Struct):
     """What an import did: cards ``created`` (and ``by_family``, per family of those), existing
     cards ``updated`` (``on_conflict=update``, something differed), existing cards left as they
     were (``unchanged``: compared and equal, with ``update``; ``skipped``: not compared, with
-    ``skip``), and whether Redis took the projection jobs (``enqueued``; true when there were
-    none)."""
+    ``skip``), whether Redis took the projection jobs (``enqueued``; true when there were
+    none), and how many curated evaluation cases the file held (``cases``, stored or replaced)."""
 
     created: int
     by_family: dict[str, int]
@@ -123,6 +123,7 @@ class ImportResult(msgspec.Struct):
     updated: int = 0
     unchanged: int = 0
     skipped: int = 0
+    cases: int = 0
 
 
 class ActivityEntry(msgspec.Struct):
@@ -145,13 +146,15 @@ class ActivityPage(msgspec.Struct):
     total: int
 
 
-class Rebuild(msgspec.Struct):
-    """A tracked index rebuild: ``status`` (queued, running, done, failed), progress ``done`` of
-    ``total``, the ``collection`` it writes, its ``summary`` or ``error``."""
+class Rebuild(msgspec.Struct, kw_only=True):
+    """A tracked index rebuild: ``status`` (queued, running, done, failed, or declined: a
+    shadow rebuild whose new collection evaluated worse), progress ``done`` of ``total``, the
+    ``collection`` it writes, its ``summary`` or ``error``; ``shadow`` for a shadow rebuild or
+    a switch back (``{dense_model, dense_model_path, force, restore}``, migration 025)."""
 
     id: uuid.UUID
     workspace_id: str
-    status: Literal["queued", "running", "done", "failed"]
+    status: Literal["queued", "running", "done", "failed", "declined"]
     requested_by: str
     total: int | None
     done: int
@@ -162,6 +165,41 @@ class Rebuild(msgspec.Struct):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    shadow: dict[str, Any] | None = None
+
+
+class IndexModel(msgspec.Struct):
+    """A collection and the dense model (fastembed id and folder; folder None: fastembed's
+    cache) its points were made with."""
+
+    collection: str | None
+    model: str
+    model_path: str | None
+
+
+class IndexState(msgspec.Struct, kw_only=True):
+    """The workspace's index as PostgreSQL records it (migrations 022, 025): ``current``, and
+    ``previous``, the index a shadow switch kept (``POST .../index/switch-back`` restores it,
+    ``DELETE .../index/previous`` drops it), with when the last switch happened."""
+
+    current: IndexModel | None
+    previous: IndexModel | None = None
+    switched_at: datetime | None = None
+
+
+def index_state_view(row: dict[str, Any] | None, configured: str | None) -> IndexState:
+    """:class:`IndexState` of a recorded index row (``configured``: the process's model id,
+    shown where the row names none)."""
+    if row is None:
+        return IndexState(current=None)
+    default = configured or ""
+    current = IndexModel(collection=row["collection"], model=row["dense_model"] or default,
+                         model_path=row["dense_model_path"])
+    previous = (IndexModel(collection=row["previous_collection"],
+                           model=row["previous_dense_model"] or default,
+                           model_path=row["previous_dense_model_path"])
+                if row["previous_collection"] else None)
+    return IndexState(current=current, previous=previous, switched_at=row["switched_at"])
 
 
 class QueuedRebuild(Rebuild):

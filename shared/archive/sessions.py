@@ -40,7 +40,7 @@ import msgspec
 from shared.archive.activity import audited
 from shared.auth import Principal
 from shared.errors import (ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision,
-                           SummaryChanged)
+                           SummaryChanged, SummaryVersionRequired)
 from shared.models import Card, CardWrite, Source, card_id_str, clean_session_id, parse_card_id
 from shared.projection.queue import ProjectionQueue
 from shared.store import activity, outbox, workspaces
@@ -223,8 +223,15 @@ class _Scope:
         return f"no proposal {key!r} in session {session_id!r}"
 
 
-async def _reviewable(conn: Connection, session_id: str, version: str | None) -> _Scope:
-    """The proposals a review made on summary ``version`` (None: the current one) covers.
+async def _reviewable(conn: Connection, session_id: str, version: str | None,
+                      named: set[str] | None = None) -> _Scope:
+    """The proposals a review made on summary ``version`` covers. Without a version, the
+    summary it must have been made on is inferred from what it ``named`` (issue 36): a summary
+    shows the proposals in the order they were stored, so one that showed the newest proposal
+    the review names showed every proposal before it; proposals stored after that one may never
+    have been seen and stay open. (Nothing named, or only unknown keys: every open proposal;
+    the selection is refused anyway, and a ``decline_all`` without a version is refused
+    earlier.)
 
     :raises NotFound: no proposals in the session. :raises Conflict: no proposal is open (the
         session was reviewed). :raises SummaryChanged: :func:`_check_version`.
@@ -240,6 +247,8 @@ async def _reviewable(conn: Connection, session_id: str, version: str | None) ->
     through = max(row.seq for row in rows)
     if version is not None:
         through = _check_version(version, rows, receipts)
+    elif named:
+        through = max((row.seq for row in open_rows if row.key in named), default=through)
     seen = [row for row in open_rows if row.seq <= through]
     return _Scope(stored=_as_stored(seen), erased={row.key: row for row in seen if row.erased},
                   through=through, later=[row.key for row in open_rows if row.seq > through],
@@ -444,8 +453,10 @@ class Workflow:
 
         ``req.version`` binds the review to the summary it was made on (issue 25): the proposals
         stored after that version are neither applied nor declined (the receipt lists them as
-        ``open``) and a later review of the session covers them. Without it, the review covers
-        every open proposal.
+        ``open``) and a later review of the session covers them. Without it (issue 36), the
+        review covers the proposals up to the newest one it selects (every summary that showed
+        that one showed those); the ones stored after it stay open, never declined; and a
+        ``decline_all``, which names none, needs the version.
 
         :raises InvalidInput: unknown or duplicate key, a link to a card not in this workspace
             or to an unselected proposal, an edit of the approved SQL, invalid edits, the same
@@ -459,6 +470,7 @@ class Workflow:
             session was already reviewed under another review id (no proposal is open).
         :raises SummaryChanged: the summary changed since ``req.version`` in a way that matters
             (a proposal it showed was reviewed or erased since): reload it; nothing written.
+        :raises SummaryVersionRequired: ``decline_all`` without ``version`` (428).
         :raises NotFound: no proposals in the session. :raises Forbidden: the token lacks
             ``memory.review`` (a token that only proposes cannot apply its proposals).
         """
@@ -480,7 +492,14 @@ class Workflow:
                                    field="review_id")
                 return ReviewOutcome(receipt=msgspec.convert(row.result, ReviewReceipt),
                                      replayed=True)
-            scope = await _reviewable(conn, session_id, req.version)
+            scope = await _reviewable(conn, session_id, req.version,
+                                      None if req.version is not None
+                                      else {sel.key for sel in req.selected})
+            if req.version is None and req.decline_all:
+                raise SummaryVersionRequired(
+                    "decline_all declines every proposal of the summary it was made on: name "
+                    "that summary's version (GET …/sessions/{id}/summary answers it), so that a "
+                    "proposal stored after it is not declined unseen", field="version")
             stored, erased = scope.stored, scope.erased
             for i, sel in enumerate(req.selected):
                 if sel.key in erased:  # its card was deleted since: stale, like any such update

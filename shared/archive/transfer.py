@@ -22,11 +22,12 @@ from shared.archive.activity import audited
 from shared.archive.responses import ImportResult
 from shared.auth import Principal
 from shared.errors import InvalidInput
-from shared.models import (Card, CardWrite, ImportCard, card_id_str, parse_card_id,
+from shared.models import (Card, CardWrite, CaseEntry, CaseLine, ImportCard, card_id_str, parse_card_id,
                            validate_card_write)
 from shared.projection.project import BATCH_SIZE
 from shared.projection.queue import ProjectionQueue
-from shared.store import activity, cards, outbox, workspaces
+from shared.evaluation.cases import CaseWrite, case_values
+from shared.store import activity, cards, evaluations, outbox, workspaces
 from shared.store.database import Database
 
 MAX_IMPORT_CARDS = 20_000
@@ -70,6 +71,56 @@ async def _import_refs(conn: Any, items: list[ImportCard], line_of: dict[str, in
                 raise InvalidInput(f"line {line_of[c.key]}: links {first!r} and "
                                    f"{link.target!r} name the same card; link to it once")
     return refs, existing
+
+
+#: the namespace of the ids of imported evaluation cases (uuid5 of ``<workspace>:<key>``)
+CASE_NAMESPACE = uuid.UUID("6f1d3c2e-5b0a-4f7e-9c4d-2a8b7e6f5d10")
+
+
+async def _import_cases(conn: Any, workspace: str, actor: str,
+                        lines: list[tuple[int, CaseLine]], refs: dict[str, uuid.UUID]) -> int:
+    """Store the file's curated cases (see :meth:`Transfer.import_cards`); returns how many.
+
+    :raises InvalidInput: an expected card that is neither a key of the file nor the key or id
+        of a card of this workspace; two lines with one key; an invalid case.
+    """
+    if not lines:
+        return 0
+    wanted = [r for _, line in lines for r in line.evaluation_case.expected if r not in refs]
+    found = await cards.ids_by_key(conn, list(dict.fromkeys(wanted)))
+    by_id = {r: parse_card_id(r) for r in wanted if r not in found}
+    present = await cards.existing_ids(conn, [c for c in by_id.values() if c is not None])
+    seen: set[str] = set()
+    for n, line in lines:
+        entry = line.evaluation_case
+        if entry.key in seen:
+            raise InvalidInput(f"line {n}: duplicate evaluation case key {entry.key!r}")
+        seen.add(entry.key)
+        expected = []
+        for ref in entry.expected:
+            cid = refs.get(ref) or found.get(ref) or by_id.get(ref)
+            if cid is None or (ref in by_id and cid not in present):
+                raise InvalidInput(f"line {n}: evaluation case {entry.key!r} expects {ref!r}, "
+                                   "neither a key of this file nor the key or id of a card of "
+                                   "this workspace", line=n)
+            expected.append(card_id_str(cid))
+        try:
+            values = case_values(CaseWrite(question=entry.question, mode=entry.mode,
+                                           expected=expected, filters=entry.filters,
+                                           match=entry.match, note=entry.note))
+        except InvalidInput as exc:
+            raise InvalidInput(f"line {n}: {exc.message}", line=n) from exc
+        own = entry.key.removeprefix("case-") if entry.key.startswith("case-") else None
+        try:
+            case_id = uuid.UUID(own) if own else None
+        except ValueError:
+            case_id = None
+        if case_id is None or not await evaluations.case_exists(conn, case_id):
+            case_id = uuid.uuid5(CASE_NAMESPACE, f"{workspace}:{entry.key}")
+        if await evaluations.case_insert(conn, workspace, case_id, actor, values) is None:
+            raise InvalidInput(f"line {n}: evaluation case key {entry.key!r} names a case of "
+                               "another workspace", line=n)
+    return len(lines)
 
 
 def _check_provenance(n: int, card: ImportCard) -> None:
@@ -168,7 +219,8 @@ class Transfer:
     async def import_cards(self, principal: Principal, workspace: str,
                            lines: Iterable[ImportCard],
                            on_conflict: models.OnConflict = "skip",
-                           mode: models.ImportMode = "import") -> ImportResult:
+                           mode: models.ImportMode = "import",
+                           cases: Iterable[tuple[int, CaseLine]] = ()) -> ImportResult:
         """Import a cards file in one transaction (all or nothing), through the same validation
         as the API; idempotent by key.
 
@@ -189,6 +241,14 @@ class Transfer:
         is refused. ``restore`` keeps every line's origin and source as written: it is for a
         file ``export`` wrote from this archive, and the activity record says it was used.
 
+        ``cases``: the file's curated evaluation cases (``(line number, line)``,
+        :func:`shared.cards_file.decode_cards_file`), stored in the same transaction: each names
+        its expected cards by a key of the file, the key of a card of the workspace, or a card
+        id, as links do. A case's key is its identity in the workspace: ``case-<id>`` of one of
+        its cases (what ``export`` writes) is that case, replaced; another key makes the case
+        whose id is derived from the workspace and the key, so importing one file twice changes
+        nothing.
+
         :raises InvalidInput: no lines (``no cards``), a line claiming a review's provenance
             without ``mode=restore`` (``field`` ``origin`` or ``source``, ``line``), a line is invalid (its number and key
             are named), a blank key (whitespace only) or one with leading or trailing
@@ -205,7 +265,8 @@ class Transfer:
             raise InvalidInput(f"mode must be one of {', '.join(models.IMPORT_MODES)}, "
                                f"not {mode!r}", field="mode")
         items = list(lines)
-        if not items:  # a 201 that created nothing would hide a truncated or wrong file
+        case_lines = list(cases)
+        if not items and not case_lines:  # a 201 that created nothing would hide a truncated or wrong file
             raise InvalidInput("no cards: the import holds no card lines (a cards file has one "
                                "JSON object per line)")
         if len(items) > MAX_IMPORT_CARDS:
@@ -231,7 +292,8 @@ class Transfer:
             line_of[card.key] = n
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
-            refs, existing = await _import_refs(conn, items, line_of)
+            refs, existing = (await _import_refs(conn, items, line_of) if items
+                              else ({}, set()))
             family_of = await cards.families(conn, [refs[k] for k in existing])
             for line in items:  # whatever on_conflict says: a skipped line is no other card
                 if line.key in existing and family_of[refs[line.key]] != line.family:
@@ -245,18 +307,20 @@ class Transfer:
                        if on_conflict == "update" else [])
             written = [refs[c.key] for c in new] + updated
             op_ids = await outbox.insert_upserts(conn, workspace, written) if written else []
+            stored_cases = await _import_cases(conn, workspace, principal.actor, case_lines, refs)
             left = len(existing) - len(updated)
             result = ImportResult(
                 created=len(new), by_family=dict(sorted(Counter(c.family for c in new).items())),
                 enqueued=True, updated=len(updated),
                 unchanged=left if on_conflict == "update" else 0,
-                skipped=left if on_conflict == "skip" else 0)
+                skipped=left if on_conflict == "skip" else 0, cases=stored_cases)
             await activity.record(conn, workspace, actor=principal.actor, verb="import",
                                       outcome="ok", detail={
                                           "cards": len(items), "created": result.created,
                                           "updated": result.updated,
                                           "unchanged": result.unchanged,
-                                          "skipped": result.skipped, "on_conflict": on_conflict,
+                                          "skipped": result.skipped, "cases": stored_cases,
+                                          "on_conflict": on_conflict,
                                           "mode": mode})
         # One job per projection batch: each job leases a batch of open operations itself, and
         # the sweep re-offers any operation whose job was lost.
@@ -290,7 +354,17 @@ class Transfer:
             await workspaces.get(conn, workspace)
         return self._export_stream(workspace, chosen)
 
-    async def _export_stream(self, workspace: str, families: list[str]) -> AsyncIterator[ImportCard]:
+    async def _export_stream(self, workspace: str, families: list[str]
+                             ) -> AsyncIterator[ImportCard | CaseLine]:
         async with self.db.transaction(workspace, read_only=True) as conn:
             async for line in cards.export_lines(conn, families):
                 yield line
+            if set(families) == set(models.FAMILIES):  # the whole archive: its cases too
+                for row in await evaluations.export_rows(conn):
+                    if not row["expected"]:  # every expected card deleted: nothing to ask for
+                        continue
+                    yield CaseLine(evaluation_case=CaseEntry(
+                        key=f"case-{row['id']}", question=row["question"], mode=row["mode"],
+                        expected=list(row["expected"]),
+                        filters=msgspec.convert(row["filters"], models.Filters)
+                        if row["filters"] else None, match=row["match"], note=row["note"]))

@@ -24,6 +24,11 @@ from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, SparseVector, Vec
 from shared.models import Language
 
 BM25_MODEL = "Qdrant/bm25"
+#: A dense model as fastembed loads it: its model id and the local folder of its files (None:
+#: fastembed's cache or hub). A workspace's index records the one its collection was built with
+#: (migration 025: a shadow rebuild can build with another); None everywhere means the process's
+#: configured model for the language (:meth:`Settings.dense_model_for`).
+ModelKey = tuple[str, str | None]
 #: The Snowball stemmer of each workspace language (:data:`shared.models.LANGUAGES`).
 STEMMERS: dict[Language, str] = {"en": "english", "it": "italian"}
 #: texts per dense batch (sorted by length, so a batch pads little)
@@ -72,21 +77,26 @@ class Embedder:
         self._sparse: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._embed_lock = threading.Lock()
-        self._fingerprints: dict[str, str] = {}
+        self._fingerprints: dict[tuple[str, ModelKey], str] = {}
+
+    def key(self, language: str, model: ModelKey | None = None) -> ModelKey:
+        """The dense model used for ``language``: ``model`` when given (a workspace's recorded
+        or a shadow rebuild's model), else the process's configured one."""
+        return model if model is not None else self.settings.dense_model_for(language)
 
     @property
     def dimension(self) -> int | None:
         """The dimension of the default dense model once it is loaded (None before)."""
         return self._dimensions.get((self.settings.dense_model, self.settings.dense_model_path))
 
-    def _load_dense(self, language: str = "en") -> Any:
+    def _load_dense(self, language: str = "en", model: ModelKey | None = None) -> Any:
         """The language's dense model as one fastembed session of ``embed_threads`` intra-op
         threads, loaded once: it embeds queries (one short text, where intra-op threads help:
         p50 8.7 ms against 12.1 ms on one thread here) and gives the dimension and fingerprint.
 
         :raises EmbedderUnavailable: the model cannot be loaded.
         """
-        key = self.settings.dense_model_for(language)
+        key = self.key(language, model)
         if key not in self._dense:
             with self._lock:
                 if key not in self._dense:
@@ -96,7 +106,7 @@ class Embedder:
                     self._dense[key] = model
         return self._dense[key]
 
-    def _dense_pool(self, language: str = "en") -> list[Any]:
+    def _dense_pool(self, language: str = "en", model: ModelKey | None = None) -> list[Any]:
         """The language's dense model as ``embed_threads`` more sessions of one onnxruntime
         thread each, loaded on the first document call: documents are embedded on all of them
         at once (:meth:`embed_dense_sync`). Independent single-threaded sessions keep the cores
@@ -106,8 +116,8 @@ class Embedder:
 
         :raises EmbedderUnavailable: the model cannot be loaded.
         """
-        key = self.settings.dense_model_for(language)
-        self._load_dense(language)
+        key = self.key(language, model)
+        self._load_dense(language, model)
         if key not in self._pools:
             with self._lock:
                 if key not in self._pools:
@@ -156,12 +166,12 @@ class Embedder:
             self._load_dense(lang)
             self._load_sparse(lang)
 
-    def dense_dimension(self, language: str = "en") -> int:
-        """Dimension of the dense model of ``language`` (loads it)."""
-        self._load_dense(language)
-        return self._dimensions[self.settings.dense_model_for(language)]
+    def dense_dimension(self, language: str = "en", model: ModelKey | None = None) -> int:
+        """Dimension of the dense model of ``language`` (or ``model``; loads it)."""
+        self._load_dense(language, model)
+        return self._dimensions[self.key(language, model)]
 
-    def fingerprint(self, language: str) -> str:
+    def fingerprint(self, language: str, model: ModelKey | None = None) -> str:
         """A fingerprint of what turns text into this process's vectors for ``language``:
         ``sha256:<hex>`` over the dense model id, its dimension and the SHA-256 of every file of
         the model folder fastembed loaded (names, sizes, contents), and BM25's configuration
@@ -169,12 +179,14 @@ class Embedder:
         stopword list). Two processes give the same fingerprint exactly when their vectors are
         interchangeable; a collection records it and refuses other vectors (DESIGN §4).
 
+        ``model``: another dense model than the configured one (see :data:`ModelKey`).
+
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
-        if language in self._fingerprints:
-            return self._fingerprints[language]
-        key = self.settings.dense_model_for(language)
-        self._load_dense(language)
+        key = self.key(language, model)
+        if (language, key) in self._fingerprints:
+            return self._fingerprints[language, key]
+        self._load_dense(language, model)
         bm25 = self._load_sparse(language)
         config = {
             "dense": {"model": key[0], "dimension": self._dimensions[key],
@@ -185,22 +197,25 @@ class Embedder:
                      "stopwords": sorted(getattr(bm25.model, "stopwords", None) or ())},
         }
         blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-        self._fingerprints[language] = "sha256:" + hashlib.sha256(blob).hexdigest()
-        return self._fingerprints[language]
+        self._fingerprints[language, key] = "sha256:" + hashlib.sha256(blob).hexdigest()
+        return self._fingerprints[language, key]
 
     def layout(self, language: str, dense: tuple[str, ...] = ARCHIVE_DENSE,
-               sparse: tuple[str, ...] = ARCHIVE_SPARSE) -> VectorLayout:
+               sparse: tuple[str, ...] = ARCHIVE_SPARSE,
+               model: ModelKey | None = None) -> VectorLayout:
         """The vector layout of a collection this process writes or reads for a workspace in
         ``language``: the named vectors, the language's dense model and dimension, and
-        :meth:`fingerprint`.
+        :meth:`fingerprint` (of ``model`` when given, see :data:`ModelKey`).
 
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
-        return VectorLayout(dense=dense, sparse=sparse, dimension=self.dense_dimension(language),
-                            dense_model=self.settings.dense_model_for(language)[0],
-                            fingerprint=self.fingerprint(language))
+        return VectorLayout(dense=dense, sparse=sparse,
+                            dimension=self.dense_dimension(language, model),
+                            dense_model=self.key(language, model)[0],
+                            fingerprint=self.fingerprint(language, model))
 
-    def embed_dense_sync(self, texts: list[str], language: str = "en") -> list[list[float]]:
+    def embed_dense_sync(self, texts: list[str], language: str = "en",
+                         model: ModelKey | None = None) -> list[list[float]]:
         """Dense vectors (L2-normalised floats) of documents with the language's model, in
         order: small batches sorted by length (padding to the longest text of a batch dominates
         the cost: measured 1.7-2x faster on the BIRD cards) and bounded by estimated tokens
@@ -208,7 +223,7 @@ class Embedder:
         :meth:`_dense_pool`, which run at once in threads (onnxruntime releases the GIL); one
         call at a time per process, so concurrent jobs do not oversubscribe the cores. The heap
         the call freed goes back to the system (:func:`trim_heap`)."""
-        pool = self._dense_pool(language)
+        pool = self._dense_pool(language, model)
         batches = dense_batches(texts, _max_tokens(pool[0]))
         out: list[list[float]] = [[]] * len(texts)
 
@@ -239,9 +254,10 @@ class Embedder:
         :meth:`embed_dense_sync` and :meth:`embed_sparse_sync`)."""
         return self.embed_dense_sync(texts, language), self.embed_sparse_sync(texts, language)
 
-    def embed_query_sync(self, text: str, language: str) -> tuple[list[float], SparseVector]:
-        """Dense and BM25 query vectors for one query text."""
-        dense = next(iter(self._load_dense(language).query_embed(text))).tolist()
+    def embed_query_sync(self, text: str, language: str,
+                         model: ModelKey | None = None) -> tuple[list[float], SparseVector]:
+        """Dense and BM25 query vectors for one query text (dense: ``model`` when given)."""
+        dense = next(iter(self._load_dense(language, model).query_embed(text))).tolist()
         e = next(iter(self._load_sparse(language).query_embed(text)))
         return dense, SparseVector(e.indices.tolist(), e.values.tolist())
 
@@ -253,24 +269,26 @@ class Embedder:
         return await asyncio.to_thread(self.embed_documents_sync, texts, language)
 
     async def embed_texts(self, dense_texts: list[str], sparse_texts: list[str],
-                          language: str) -> tuple[list[list[float]], list[SparseVector]]:
-        """Dense vectors of ``dense_texts`` and BM25 vectors of ``sparse_texts`` (one worker
-        thread, one dense call over all the dense texts).
+                          language: str, model: ModelKey | None = None
+                          ) -> tuple[list[list[float]], list[SparseVector]]:
+        """Dense vectors of ``dense_texts`` (with ``model`` when given) and BM25 vectors of
+        ``sparse_texts`` (one worker thread, one dense call over all the dense texts).
 
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
         def run() -> tuple[list[list[float]], list[SparseVector]]:
-            return (self.embed_dense_sync(dense_texts, language),
+            return (self.embed_dense_sync(dense_texts, language, model),
                     self.embed_sparse_sync(sparse_texts, language))
 
         return await asyncio.to_thread(run)
 
-    async def embed_query(self, text: str, language: str) -> tuple[list[float], SparseVector]:
+    async def embed_query(self, text: str, language: str,
+                          model: ModelKey | None = None) -> tuple[list[float], SparseVector]:
         """:meth:`embed_query_sync` in a worker thread.
 
         :raises EmbedderUnavailable: a model cannot be loaded.
         """
-        return await asyncio.to_thread(self.embed_query_sync, text, language)
+        return await asyncio.to_thread(self.embed_query_sync, text, language, model)
 
 
 def dense_batches(texts: list[str], max_tokens: int = 512) -> list[list[int]]:

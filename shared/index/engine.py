@@ -17,6 +17,7 @@ issue 1372), and the rankings are fused by the caller as the recall mode's profi
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Protocol
 
@@ -115,6 +116,22 @@ class Hit(msgspec.Struct, frozen=True):
     score: float
 
 
+def physical_of(name: str, physical: str) -> bool:
+    """Whether ``physical`` is one of the physical collections of the workspace collection
+    ``name`` (``<name>__<8 hex>``; exactly, so workspace ``a`` does not match ``a__b``'s)."""
+    return re.fullmatch(re.escape(name) + r"__[0-9a-f]{8}", physical) is not None
+
+
+class IndexTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """A physical collection and the dense model its points were made with (``(model id,
+    folder)``, :data:`shared.index.embedding.ModelKey`; None: the process's configured model):
+    what recall searches instead of the workspace's recorded index when it evaluates a shadow
+    rebuild's collection (:func:`shared.recall.verified.recall`)."""
+
+    collection: str
+    model: tuple[str, str | None] | None = None
+
+
 class IndexEngine(Protocol):
     """What the archive needs from a vector index. All methods raise :class:`IndexUnavailable`
     when the engine cannot be reached and :class:`IndexIncompatible` on a configuration mismatch."""
@@ -125,9 +142,11 @@ class IndexEngine(Protocol):
         a new name with a random suffix when it was created (what PostgreSQL records as the
         workspace's collection, migration 022)."""
 
-    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
-        """The physical collection behind the workspace's name (as :meth:`physical_collection`)
-        if it exists and is compatible with ``layout``; None if it does not exist.
+    async def check_collection(self, workspace: str, layout: VectorLayout,
+                               collection: str | None = None) -> str | None:
+        """The physical collection behind the workspace's name (as :meth:`physical_collection`;
+        or the physical ``collection`` named) if it exists and is compatible with ``layout``;
+        None if it does not exist.
         :raises IndexIncompatible: it exists with another layout."""
 
     async def upsert(self, workspace: str, points: list[PointIn], collection: str | None = None) -> None:
@@ -141,9 +160,11 @@ class IndexEngine(Protocol):
         """Create a new, empty collection with ``layout`` for a rebuild of ``workspace``;
         returns its name."""
 
-    async def switch_collection(self, workspace: str, collection: str) -> str | None:
+    async def switch_collection(self, workspace: str, collection: str,
+                                keep: bool = False) -> str | None:
         """Point the workspace at ``collection`` atomically (an alias switch) and drop the
-        collection it used before; returns the dropped collection's name."""
+        collection it used before (``keep``: leave it, a shadow switch's previous index);
+        returns the replaced collection's name."""
 
     async def drop_collection(self, collection: str) -> None:
         """Drop one named collection (an abandoned rebuild)."""
@@ -155,10 +176,21 @@ class IndexEngine(Protocol):
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
                            flt: IndexFilter, limit: int, *,
                            dense_names: tuple[str, ...] = (DENSE,),
-                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list[Hit]]:
-        """One ranking per named vector (best first, ``limit`` each, each filtered by ``flt``):
+                           sparse_names: tuple[str, ...] = (BM25,),
+                           collection: str | None = None) -> dict[str, list[Hit]]:
+        """One ranking per named vector (best first, ``limit`` each, each filtered by ``flt``)
+        of the workspace's collection (or of the physical ``collection`` named: the one recall
+        read as recorded, or a shadow rebuild's being evaluated):
         the dense query against every vector of ``dense_names``, the sparse query against every
         vector of ``sparse_names``, in one batch. Keys are the vector names."""
+
+    async def dense_scores(self, workspace: str, dense: list[float], ids: list[uuid.UUID],
+                           names: tuple[str, ...], *,
+                           collection: str | None = None) -> dict[str, dict[uuid.UUID, float]]:
+        """The score of the dense query against each of ``ids``' vectors ``names`` (the cosine
+        similarity, -1..1): ``{vector name: {point id: score}}``, a point without that vector (or
+        missing) absent. One batch, one request per name restricted to ``ids`` (the similarity
+        of a recall result that no dense branch ranked, :mod:`shared.recall.verified`)."""
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """Every point id of the collection with its payload (for audits and rebuilds)."""
@@ -167,7 +199,8 @@ class IndexEngine(Protocol):
         """The physical collection behind the workspace's name, or None when it has none."""
 
     async def drop(self, workspace: str) -> None:
-        """Remove the workspace collection."""
+        """Remove the workspace collection and every other physical collection of the
+        workspace (:func:`physical_of`: a previous index, an abandoned rebuild's)."""
 
     async def close(self) -> None:
         """Release the engine."""

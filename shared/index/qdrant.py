@@ -15,7 +15,7 @@ from typing import Any
 from shared.config import Settings
 from shared.errors import IndexIncompatible, IndexUnavailable
 from shared.index.engine import (BM25, DENSE, Hit, IndexFilter, PointIn, SparseVector,
-                                 VectorLayout)
+                                 VectorLayout, physical_of)
 
 
 def _qdrant_filter(flt: IndexFilter) -> Any:
@@ -139,10 +139,14 @@ class QdrantClientEngine:
     async def _call(self, fn: Any) -> Any:
         return await asyncio.to_thread(self._call_sync, fn)
 
-    def _check_sync(self, client: Any, name: str, layout: VectorLayout) -> str | None:
+    def _check_sync(self, client: Any, name: str, layout: VectorLayout,
+                    collection: str | None = None) -> str | None:
         from qdrant_client import models as qm
 
-        physical = self._resolve(client, name)
+        if collection is not None:
+            physical = collection if client.collection_exists(collection) else None
+        else:
+            physical = self._resolve(client, name)
         if physical is None:
             return None
         if self._checked.get(physical) == layout:
@@ -170,10 +174,11 @@ class QdrantClientEngine:
         self._checked[physical] = layout
         return physical
 
-    async def check_collection(self, workspace: str, layout: VectorLayout) -> str | None:
+    async def check_collection(self, workspace: str, layout: VectorLayout,
+                               collection: str | None = None) -> str | None:
         """See :meth:`IndexEngine.check_collection`."""
         name = self.collection(workspace)
-        return await self._call(lambda c: self._check_sync(c, name, layout))
+        return await self._call(lambda c: self._check_sync(c, name, layout, collection))
 
     async def physical_collection(self, workspace: str) -> str | None:
         """The physical collection the workspace's alias points at (the name itself for a
@@ -232,9 +237,11 @@ class QdrantClientEngine:
         name = self.collection(workspace)
         return await self._call(lambda c: self._create_physical(c, name, workspace, layout))
 
-    async def switch_collection(self, workspace: str, collection: str) -> str | None:
+    async def switch_collection(self, workspace: str, collection: str,
+                                keep: bool = False) -> str | None:
         """See :meth:`IndexEngine.switch_collection`. A pre-alias collection that bears the
-        workspace name itself is dropped first (a brief gap in which recall answers 503)."""
+        workspace name itself is dropped first (a brief gap in which recall answers 503), even
+        with ``keep``."""
         from qdrant_client import models as qm
 
         name = self.collection(workspace)
@@ -249,7 +256,7 @@ class QdrantClientEngine:
             ops.append(qm.CreateAliasOperation(create_alias=qm.CreateAlias(
                 collection_name=collection, alias_name=name)))
             client.update_collection_aliases(change_aliases_operations=ops)
-            if old is not None and old not in (name, collection):
+            if old is not None and old not in (name, collection) and not keep:
                 client.delete_collection(old)
             return old
 
@@ -297,11 +304,12 @@ class QdrantClientEngine:
     async def hybrid_query(self, workspace: str, dense: list[float], sparse: SparseVector,
                            flt: IndexFilter, limit: int, *,
                            dense_names: tuple[str, ...] = (DENSE,),
-                           sparse_names: tuple[str, ...] = (BM25,)) -> dict[str, list[Hit]]:
+                           sparse_names: tuple[str, ...] = (BM25,),
+                           collection: str | None = None) -> dict[str, list[Hit]]:
         """See :meth:`IndexEngine.hybrid_query`: one ``query_batch_points`` call."""
         from qdrant_client import models as qm
 
-        name = self.collection(workspace)
+        name = collection or self.collection(workspace)
         qfilter = _qdrant_filter(flt)
         payload = ["revision", "format"]
         sparse_query = qm.SparseVector(indices=sparse.indices, values=sparse.values)
@@ -317,6 +325,22 @@ class QdrantClientEngine:
                         (p.payload or {}).get("format"), float(p.score)) for p in resp.points]
 
         return {vector: hits(resp) for vector, resp in zip(names, responses)}
+
+    async def dense_scores(self, workspace: str, dense: list[float], ids: list[uuid.UUID],
+                           names: tuple[str, ...], *,
+                           collection: str | None = None) -> dict[str, dict[uuid.UUID, float]]:
+        """See :meth:`IndexEngine.dense_scores`: one ``query_batch_points`` call."""
+        from qdrant_client import models as qm
+
+        if not ids or not names:
+            return {name: {} for name in names}
+        name = collection or self.collection(workspace)
+        only = qm.Filter(must=[qm.HasIdCondition(has_id=[str(i) for i in ids])])
+        requests = [qm.QueryRequest(query=dense, using=vector, filter=only, limit=len(ids),
+                                    with_payload=False) for vector in names]
+        responses = await self._call(lambda c: c.query_batch_points(name, requests=requests))
+        return {vector: {uuid.UUID(str(p.id)): float(p.score) for p in resp.points}
+                for vector, resp in zip(names, responses)}
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """See :meth:`IndexEngine.scroll_ids`."""
@@ -338,7 +362,8 @@ class QdrantClientEngine:
         return await self._call(run)
 
     async def drop(self, workspace: str) -> None:
-        """See :meth:`IndexEngine.drop`."""
+        """See :meth:`IndexEngine.drop`: the alias's collection and every other physical
+        collection of the workspace."""
         name = self.collection(workspace)
 
         def run(client: Any) -> None:
@@ -351,6 +376,12 @@ class QdrantClientEngine:
             if physical is not None:
                 client.delete_collection(physical)
                 self._checked.pop(physical, None)
+            # every other physical collection of the workspace: a previous index a shadow
+            # switch kept, an abandoned rebuild's
+            for other in client.get_collections().collections:
+                if physical_of(name, other.name):
+                    client.delete_collection(other.name)
+                    self._checked.pop(other.name, None)
 
         await self._call(run)
 

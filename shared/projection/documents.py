@@ -26,6 +26,8 @@ mode searches the own-text vectors instead (format 4, migration 014; ``bench/REA
 
 from __future__ import annotations
 
+import hashlib
+
 from typing import Any
 
 from shared import models
@@ -126,4 +128,15 @@ def projected_document(card: Card, privacy: PrivacyFilter = DEFAULT_FILTER,
     pl["scope"] = privacy.redact_optional(pl["scope"])
     pl["concepts"] = [privacy.redact(c) for c in pl["concepts"]]
     pl["deps"] = [{k: privacy.redact_optional(v) for k, v in d.items()} for d in pl["deps"]]
+    pl["texts"] = texts_digest(texts)
     return texts, pl
+
+
+def texts_digest(texts: dict[str, str]) -> str:
+    """SHA-256 (hex, first 32 digits) over the filtered texts a point's vectors were made from,
+    by vector name: the payload's ``texts``. A switch back to a kept index (migration 025)
+    re-embeds exactly the cards whose texts differ from what the kept points were made of (a
+    linked question that changed since, for example); the texts are already redacted, so the
+    digest says nothing the privacy filter took out."""
+    blob = "\0".join(f"{name}\0{texts[name]}" for name in sorted(texts))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]

@@ -18,7 +18,7 @@ from typing import Any
 
 from shared.errors import (ArchiveError, DatabaseUnavailable, IndexIncompatible, IndexUnavailable,
                            PrivacyFilterFailed)
-from shared.index.embedding import Embedder
+from shared.index.embedding import Embedder, ModelKey
 from shared.index.engine import ARCHIVE_DENSE, ARCHIVE_SPARSE, IndexEngine, PointIn, VectorLayout
 from shared.models import Card
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
@@ -42,10 +42,12 @@ INDEX_INCOMPATIBLE = "index_incompatible"
 
 async def build_points(embedder: Embedder, cards: list[Card], language: str,
                        privacy: PrivacyFilter = DEFAULT_FILTER,
-                       linked: Mapping[uuid.UUID, list[str]] | None = None) -> list[PointIn]:
+                       linked: Mapping[uuid.UUID, list[str]] | None = None,
+                       model: ModelKey | None = None) -> list[PointIn]:
     """Embed cards (one batch) into index points. Every card goes through the privacy filter
     before anything is embedded. ``linked``: the questions of the solved cards linking to each
-    card (:func:`shared.store.cards.linked_questions`).
+    card (:func:`shared.store.cards.linked_questions`); ``model``: the dense model (None: the
+    configured one).
 
     :raises PrivacyFilterFailed: the filter failed on one of the cards; nothing was embedded.
     """
@@ -53,7 +55,7 @@ async def build_points(embedder: Embedder, cards: list[Card], language: str,
     docs = [doc for doc in built if not isinstance(doc, str)]
     if len(docs) < len(built):
         raise PrivacyFilterFailed(next(doc for doc in built if isinstance(doc, str)))
-    return await embed_documents(embedder, cards, docs, language)
+    return await embed_documents(embedder, cards, docs, language, model)
 
 
 async def _documents(cards: list[Card], privacy: PrivacyFilter,
@@ -77,14 +79,14 @@ async def _documents(cards: list[Card], privacy: PrivacyFilter,
 
 async def embed_documents(embedder: Embedder, cards: list[Card],
                           docs: list[tuple[dict[str, str], dict[str, Any]]],
-                          language: str) -> list[PointIn]:
+                          language: str, model: ModelKey | None = None) -> list[PointIn]:
     """Points for ``cards`` from their already filtered documents
     (:func:`~shared.projection.documents.projected_document`): every named vector of
     :data:`~shared.index.engine.ARCHIVE_DENSE` and ``ARCHIVE_SPARSE`` embedded in one call. A
     text shared by two vectors of a kind is embedded once."""
     dense_texts = sorted({texts[name] for texts, _ in docs for name in ARCHIVE_DENSE})
     sparse_texts = sorted({texts[name] for texts, _ in docs for name in ARCHIVE_SPARSE})
-    dense, sparse = await embedder.embed_texts(dense_texts, sparse_texts, language)
+    dense, sparse = await embedder.embed_texts(dense_texts, sparse_texts, language, model)
     dense_of = dict(zip(dense_texts, dense))
     sparse_of = dict(zip(sparse_texts, sparse))
     return [PointIn(id=uuid.UUID(c.id[4:]),
@@ -268,9 +270,14 @@ async def _project_cards(db: Database, index: IndexEngine, embedder: Embedder, w
         linked = await cards.linked_questions(conn, [c for c in card_ids if c in current])
         live, docs, refused = await _documents([current[c] for c in card_ids if c in current],
                                                privacy, linked)
-        await _recorded_collection(conn, index, workspace, embedder.layout(ws["language"]))
+        # the dense model recorded with the collection (migration 025), under the projection
+        # lock: a shadow switch, which takes it exclusively, cannot change it meanwhile
+        model = workspaces.model_of(await workspaces.index_collection(conn))
+        await _recorded_collection(conn, index, workspace,
+                                   embedder.layout(ws["language"], model=model))
         if live:
-            await index.upsert(workspace, await embed_documents(embedder, live, docs, ws["language"]))
+            await index.upsert(workspace, await embed_documents(embedder, live, docs,
+                                                                ws["language"], model))
         if gone or refused:
             await index.delete(workspace, gone + sorted(refused, key=str))
         await outbox.record_projections(

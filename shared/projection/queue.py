@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 PROJECT_JOB = "project_operation"
 REBUILD_JOB = "rebuild_index"
+EVALUATE_JOB = "evaluate_recall"
 QUEUE_NAME = "memarc:projection"
 #: seconds an enqueue after commit may take before the queue counts as unavailable: a Redis
 #: that accepts connections but does not answer (stopped, swapping, a dead peer behind a proxy)
@@ -46,6 +47,14 @@ def rebuild_job_id(rebuild_id: object, expired_lease: datetime | None = None) ->
     if expired_lease is None:
         return f"memarc:rebuild:{rebuild_id}"
     return f"memarc:rebuild:{rebuild_id}:{int(expired_lease.timestamp() * 1000)}"
+
+
+def evaluation_job_id(run_id: object, expired_lease: datetime | None = None) -> str:
+    """arq job id of a recall evaluation run (a restart after an expired lease: an id of its
+    own, as :func:`rebuild_job_id`)."""
+    if expired_lease is None:
+        return f"memarc:evaluate:{run_id}"
+    return f"memarc:evaluate:{run_id}:{int(expired_lease.timestamp() * 1000)}"
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -124,6 +133,14 @@ class ProjectionQueue:
             [(REBUILD_JOB, (workspace, str(rebuild_id)), rebuild_job_id(rebuild_id))],
             "projection queue unavailable; rebuild %s stays queued (logged once until the "
             "queue answers again): %s", rebuild_id)
+
+    async def enqueue_evaluation(self, workspace: str, run_id: object,
+                                 expired_lease: datetime | None = None) -> bool:
+        """Enqueue a recall evaluation run; False if Redis is unavailable (the sweep retries)."""
+        return await self._send(
+            [(EVALUATE_JOB, (workspace, str(run_id)), evaluation_job_id(run_id, expired_lease))],
+            "projection queue unavailable; evaluation %s stays queued (logged once until the "
+            "queue answers again): %s", run_id)
 
     async def _send(self, jobs: list[tuple[str, tuple[object, ...], str]], failure: str,
                     *args: object) -> bool:

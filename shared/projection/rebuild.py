@@ -33,6 +33,18 @@ atomically.
 It never imports files, old payloads or another collection: everything written comes from the
 cards table. It is also the recovery for a collection whose vector configuration is incompatible
 (Qdrant cannot add a named vector to an existing collection).
+
+A **shadow** rebuild (``index_rebuilds.shadow``, migration 025; docs/evaluation.md) builds with
+another dense model than the workspace's, the same way, while recall keeps serving the old
+collection with the old model. Before its switch, the ``gate`` (the worker passes
+:func:`shared.evaluation.run.gate`) evaluates the serving collection and the new one on the
+same cases; a new one that is worse (the evaluation's paired test) is dropped and the rebuild
+ends ``declined``, unless the request forced the switch. After a shadow switch the old
+collection is kept, with its model, as the workspace's previous index. A **restore** (``memarc
+index --switch-back``) is a shadow rebuild into that previous collection: the kept points whose
+revision, format and texts (the payload's ``texts`` digest) are still current stay, the others
+are written again with the previous model, and then it switches the same way (the newer
+collection becomes the previous one). Neither drops the collection it started from.
 """
 
 from __future__ import annotations
@@ -48,9 +60,11 @@ from typing import Any
 import msgspec
 
 from shared.errors import DatabaseUnavailable
-from shared.index.embedding import Embedder
+from shared import models
+from shared.index.embedding import Embedder, ModelKey
 from shared.index.engine import IndexEngine
 from shared.models import Card
+from shared.projection import offload
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.projection.lease import renew_periodically
 from shared.projection.project import build_points
@@ -77,6 +91,29 @@ class RebuildSummary(msgspec.Struct):
     replaced: str | None
     seconds: float
     optimized: bool = False
+    #: the dense model the new collection was built with (a shadow rebuild's; None: the
+    #: configured one) and, for a shadow switch, the collection kept as the previous index
+    model: str | None = None
+    kept: str | None = None
+    #: a shadow rebuild's gate: the two evaluation runs and whether the new one regressed
+    evaluation: dict[str, Any] | None = None
+    #: a restore: kept points that were still current (not written again)
+    reused: int = 0
+
+
+#: What decides a shadow switch: called with the new collection and its model, it evaluates
+#: both and returns ``{"switch": bool, "baseline": run id, "candidate": run id, "regressed":
+#: [...]}`` (:func:`shared.evaluation.run.gate`).
+Gate = Callable[[str, "ModelKey | None"], Awaitable[dict[str, Any]]]
+
+
+class ShadowRefused(Exception):
+    """A shadow rebuild or restore that cannot run (no previous index, its collection is gone);
+    the rebuild fails with this message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 #: what a card's point was built from: its revision and a digest of its linked questions
@@ -100,7 +137,7 @@ async def _current(db: Database, workspace: str,
 async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
                  language: str, target: str, ids: list[uuid.UUID],
                  written: dict[uuid.UUID, Inputs], privacy: PrivacyFilter,
-                 conn: Connection | None = None) -> int:
+                 conn: Connection | None = None, model: ModelKey | None = None) -> int:
     """Read ``ids`` now (on ``conn`` when given: the switch's locked transaction, which must
     not wait for a second pooled connection), write them into ``target``; returns how many
     existed."""
@@ -112,7 +149,7 @@ async def _write(db: Database, index: IndexEngine, embedder: Embedder, workspace
     live = [found[i] for i in ids if i in found]
     if live:
         await index.upsert(workspace, await build_points(embedder, live, language, privacy,
-                                                         linked), collection=target)
+                                                         linked, model), collection=target)
         for card in live:
             cid = uuid.UUID(card.id[4:])
             written[cid] = _inputs(card.revision, linked.get(cid, []))
@@ -128,6 +165,41 @@ async def _read(conn: Connection,
                 ids: list[uuid.UUID]) -> tuple[dict[uuid.UUID, Card], dict[uuid.UUID, list[str]]]:
     found: dict[uuid.UUID, Card] = await cards.get_many(conn, ids)
     return found, await cards.linked_questions(conn, list(found))
+
+
+async def _reconcile(db: Database, index: IndexEngine, embedder: Embedder, workspace: str,
+                     language: str, target: str, written: dict[uuid.UUID, Inputs],
+                     privacy: PrivacyFilter, model: ModelKey | None) -> tuple[int, int]:
+    """A restore's first pass: ``target``'s kept points compared with the cards now (revision,
+    projection format and the payload's ``texts`` digest of the filtered vector texts); the
+    current ones are kept (recorded in ``written``), the others written again with ``model``,
+    points of deleted cards removed. Returns (kept, written again).
+
+    :raises PrivacyFilterFailed: the filter refused a card (the restore fails closed)."""
+    points = await index.scroll_ids(workspace, collection=target)
+    current = await _current(db, workspace)
+    ids = sorted(current, key=str)
+    stale: list[uuid.UUID] = []
+    for start in range(0, len(ids), BATCH):
+        async with db.transaction(workspace, read_only=True) as conn:
+            found, linked = await _read(conn, ids[start:start + BATCH])
+        batch = [found[i] for i in ids[start:start + BATCH] if i in found]
+        for card, doc in zip(batch, await offload.documents(batch, privacy, linked)):
+            cid = uuid.UUID(card.id[4:])
+            point = points.get(cid)
+            if (isinstance(doc, str) or point is None or point.get("revision") != card.revision
+                    or point.get("format") != models.PROJECTION_FORMAT
+                    or point.get("texts") != doc[1]["texts"]):
+                stale.append(cid)
+            else:
+                written[cid] = _inputs(card.revision, linked.get(cid, []))
+    gone = sorted((i for i in points if i not in current), key=str)
+    if gone:
+        await index.delete(workspace, gone, collection=target)
+    for start in range(0, len(stale), BATCH):
+        await _write(db, index, embedder, workspace, language, target,
+                     stale[start:start + BATCH], written, privacy, model=model)
+    return len(ids) - len(stale), len(stale)
 
 
 def _diff(current: dict[uuid.UUID, Inputs], written: dict[uuid.UUID, Inputs]) -> list[uuid.UUID]:
@@ -179,6 +251,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                         optimize_min_cards: int = OPTIMIZE_MIN_CARDS,
                         on_batch_written: Callable[[str], Awaitable[None]] | None = None,
                         before_switch: Callable[[str], Awaitable[None]] | None = None,
+                        gate: Gate | None = None,
                         ) -> dict[str, Any] | None:
     """Run a claimed rebuild to completion; returns the tracked row, or None when the rebuild
     is not claimable (done, or running under a live lease elsewhere).
@@ -199,6 +272,9 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
     switch's transaction, after the last catch-up and before the alias switch, with the
     projection and workspace locks held: the moment at which tests issue writes that must wait
     for the switch (and that the switch would lose if they did not).
+
+    ``gate``: what decides a shadow rebuild's switch (see the module docstring); a shadow
+    rebuild that is not forced fails without one.
     """
     async with db.transaction(workspace) as conn:
         row = await rebuilds.claim(conn, rebuild_id, lease_seconds)
@@ -207,24 +283,55 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         ws = await workspaces.get(conn, workspace)
     started = time.perf_counter()
     target: str | None = None
+    owned = True  # whether a failure drops target (never the kept index a restore writes into)
     switched = False
+    shadow: dict[str, Any] | None = row.get("shadow")
+    restore = bool(shadow and shadow.get("restore"))
+    verdict: dict[str, Any] | None = None
+    reused = 0
     heartbeat = asyncio.create_task(renew_periodically(
         db, workspace, lambda conn: rebuilds.renew(conn, rebuild_id, lease_seconds), lease_seconds,
         f"index rebuild {rebuild_id}"))
     try:
-        target = await index.create_rebuild_collection(workspace, embedder.layout(ws["language"]))
-        current = await _current(db, workspace)
-        ids = sorted(current, key=str)
+        async with db.transaction(workspace, read_only=True) as conn:
+            recorded = await workspaces.index_collection(conn)
+        model: ModelKey | None
+        if restore:
+            model = workspaces.model_of(recorded, previous=True)
+        elif shadow:
+            model = (shadow["dense_model"], shadow.get("dense_model_path"))
+        else:  # a plain rebuild keeps the model recorded with the workspace's collection
+            model = workspaces.model_of(recorded)
+        layout = embedder.layout(ws["language"], model=model)
         written: dict[uuid.UUID, Inputs] = {}
-        for start in range(0, len(ids), BATCH):
-            await _write(db, index, embedder, workspace, ws["language"], target,
-                         ids[start:start + BATCH], written, privacy)
+        if restore:
+            owned = False
+            target = (recorded or {}).get("previous_collection")
+            if not target:
+                raise ShadowRefused("this workspace has no previous index to switch back to")
+            if await index.check_collection(workspace, layout, collection=target) is None:
+                async with db.transaction(workspace) as conn:
+                    await workspaces.forget_previous_index(conn, workspace)
+                raise ShadowRefused(f"the previous index {target!r} is gone from the engine")
+            reused, _ = await _reconcile(db, index, embedder, workspace, ws["language"], target,
+                                         written, privacy, model)
+            ids = sorted(await _current(db, workspace), key=str)
             async with db.transaction(workspace) as conn:
-                await rebuilds.progress(conn, rebuild_id, done=min(start + BATCH, len(ids)),
-                                        total=len(ids), collection=target,
-                                        lease_seconds=lease_seconds)
-            if on_batch_written is not None:
-                await on_batch_written(target)
+                await rebuilds.progress(conn, rebuild_id, done=len(ids), total=len(ids),
+                                        collection=target, lease_seconds=lease_seconds)
+        else:
+            target = await index.create_rebuild_collection(workspace, layout)
+            current = await _current(db, workspace)
+            ids = sorted(current, key=str)
+            for start in range(0, len(ids), BATCH):
+                await _write(db, index, embedder, workspace, ws["language"], target,
+                             ids[start:start + BATCH], written, privacy, model=model)
+                async with db.transaction(workspace) as conn:
+                    await rebuilds.progress(conn, rebuild_id, done=min(start + BATCH, len(ids)),
+                                            total=len(ids), collection=target,
+                                            lease_seconds=lease_seconds)
+                if on_batch_written is not None:
+                    await on_batch_written(target)
 
         async def catch_up(conn: Connection | None) -> tuple[int, dict[uuid.UUID, Inputs]]:
             """Write what changed since ``written`` (read on ``conn`` when given); returns how
@@ -233,21 +340,34 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             pending = _diff(current, written)
             for start in range(0, len(pending), BATCH):
                 await _write(db, index, embedder, workspace, ws["language"], target,
-                             pending[start:start + BATCH], written, privacy, conn)
+                             pending[start:start + BATCH], written, privacy, conn, model)
             return len(pending), current
 
+        async def catch_up_unlocked() -> int:
+            done = 0
+            for _ in range(CATCH_UP_PASSES):
+                n = (await catch_up(None))[0]
+                done += n
+                if not n:
+                    break
+            return done
+
         optimized = False
-        if len(ids) >= optimize_min_cards:
+        if len(ids) >= optimize_min_cards and owned:
             optimized = await index.optimize_collection(target)
+        caught_up = 0
+        if shadow and not restore and not shadow.get("force"):
+            if gate is None:
+                raise ShadowRefused("a shadow rebuild that is not forced needs an evaluation")
+            caught_up += await catch_up_unlocked()
+            verdict = await gate(target, model)
+            if not verdict["switch"]:
+                return await _declined(db, index, workspace, rebuild_id, target, verdict,
+                                       row["requested_by"], len(ids), started)
         # the old collection's points (for the summary), read before the catch-up so that the
         # last unlocked pass runs just before the locks are taken
         old_ids = set((await index.scroll_ids(workspace)).keys())
-        caught_up = 0
-        for _ in range(CATCH_UP_PASSES):
-            n = (await catch_up(None))[0]
-            caught_up += n
-            if not n:
-                break
+        caught_up += await catch_up_unlocked()
 
         async with db.transaction(workspace) as conn:
             # projection jobs in flight finish first, and what was written meanwhile is caught
@@ -261,16 +381,22 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
             caught_up += n
             if before_switch is not None:
                 await before_switch(target)
-            replaced = await index.switch_collection(workspace, target)
+            replaced = await index.switch_collection(workspace, target, keep=bool(shadow))
             switched = True  # target is the workspace's collection now: never dropped below
-            # the collection that holds the valid projections from now on (migration 022)
-            await workspaces.record_index_collection(conn, workspace, target)
+            # the collection that holds the valid projections from now on (migration 022), and
+            # for a shadow switch its model, the one it replaced kept (migration 025)
+            if shadow:
+                await workspaces.switch_index_collection(conn, workspace, target, model)
+            else:
+                await workspaces.record_index_collection(conn, workspace, target)
             await outbox.record_projections(conn, {cid: rev for cid, (rev, _) in written.items()})
             await outbox.complete_deletes(conn)
             summary = RebuildSummary(
                 cards=len(current), written=len(written), caught_up=caught_up,
                 removed_points=len(old_ids - set(current)), collection=target, replaced=replaced,
-                seconds=round(time.perf_counter() - started, 2), optimized=optimized)
+                seconds=round(time.perf_counter() - started, 2), optimized=optimized,
+                model=(model[1] or model[0]) if model else None,
+                kept=replaced if shadow else None, evaluation=verdict, reused=reused)
             row = await rebuilds.finish(conn, rebuild_id, status="done",
                                         summary=msgspec.to_builtins(summary))
             await activity.record(conn, workspace, actor=row["requested_by"], verb="index",
@@ -281,7 +407,7 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         # of leaving it "running" until its lease expires, and drop the half-built collection
         log.warning("index rebuild of %s interrupted; it is queued again", workspace)
         await asyncio.shield(_release(db, index, workspace, rebuild_id,
-                                      None if switched else target))
+                                      None if switched or not owned else target))
         raise
     except DatabaseUnavailable as exc:
         # PostgreSQL went away under the rebuild, which did nothing wrong: it goes back to the
@@ -291,12 +417,12 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
                     "answers", workspace, exc.message)
         heartbeat.cancel()
         # shielded: a graceful stop during these retries must not leave it "running" either
-        return await asyncio.shield(_release_when_back(db, index, workspace, rebuild_id,
-                                                       None if switched else target))
+        return await asyncio.shield(_release_when_back(
+            db, index, workspace, rebuild_id, None if switched or not owned else target))
     except Exception as exc:
         message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         log.warning("index rebuild of %s failed: %s", workspace, message)
-        if target is not None and not switched:
+        if target is not None and not switched and owned:
             try:
                 await index.drop_collection(target)
             except Exception:  # the engine may be the thing that failed; the rebuild is failed anyway
@@ -308,3 +434,22 @@ async def rebuild_index(db: Database, index: IndexEngine, embedder: Embedder, wo
         return row
     finally:
         heartbeat.cancel()  # it renews running rebuilds only: done, failed or queued stay so
+
+
+async def _declined(db: Database, index: IndexEngine, workspace: str, rebuild_id: uuid.UUID,
+                    target: str, verdict: dict[str, Any], actor: str, cards: int,
+                    started: float) -> dict[str, Any]:
+    """A shadow rebuild whose new collection evaluated worse: the collection is dropped, the
+    workspace keeps its index, and the rebuild ends ``declined`` with the evaluation (an
+    activity ``index`` / ``declined``)."""
+    try:
+        await index.drop_collection(target)
+    except Exception:  # left behind; never fatal for the decision itself
+        log.warning("could not drop the declined shadow collection %s", target)
+    detail = {"collection": target, "cards": cards, "evaluation": verdict,
+              "seconds": round(time.perf_counter() - started, 2)}
+    async with db.transaction(workspace) as conn:
+        row = await rebuilds.finish(conn, rebuild_id, status="declined", summary=detail)
+        await activity.record(conn, workspace, actor=actor, verb="index", outcome="declined",
+                              detail=detail)
+    return row

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,16 +48,17 @@ from shared import models
 from shared.auth import Principal
 from shared.errors import IndexUnavailable
 from shared.index.embedding import Embedder
-from shared.index.engine import (BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25, IndexEngine,
-                                 IndexFilter, VectorLayout)
+from shared.index.engine import (BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25, Hit, IndexEngine,
+                                 IndexFilter, IndexTarget, VectorLayout)
 from shared.models import (ExpansionSummary, RecallResponse, RecallResult, Retrieval,
                            SearchRequest, card_id_str)
+from shared.evaluation import floor as similarity_floor
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.recall.eligibility import CandidateRow, build_filter, eligible
 from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
-from shared.store import cards, outbox, rebuilds, verification, workspaces
+from shared.store import cards, evaluations, outbox, rebuilds, verification, workspaces
 from shared.store import sessions as session_rows
 from shared.store.database import Connection, Database
 
@@ -99,7 +101,10 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                  layout: VectorLayout | None = None, expand: bool = True,
                  timings: RecallTimings | None = None,
                  role: Literal["runtime", "reader"] = "runtime",
-                 privacy: PrivacyFilter = DEFAULT_FILTER) -> RecallResponse:
+                 privacy: PrivacyFilter = DEFAULT_FILTER,
+                 stand_in: Mapping[uuid.UUID, Mapping[str, str]] | None = None,
+                 target: IndexTarget | None = None
+                 ) -> RecallResponse:
     """Verified hybrid recall for one request (see the module docstring).
 
     ``profile``: the branches and their fusion (default: the mode's,
@@ -114,6 +119,21 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     The query is embedded and the index searched holding no pooled connection and no lock; each
     round's verification, and the final round's link expansion and card reads, run in one
     read-only transaction under the workspace lock in shared mode.
+
+    ``stand_in``: ``{card: {branch: other branch}}``: in each named branch, that card's hit is
+    replaced by its hit in the other branch (same query, same scale: cosine for dense vectors,
+    BM25 for sparse ones), placed by its score, or left out when the other branch did not find
+    it; the other branches are searched too but not fused. It is the recall evaluation's
+    leave-one-out (:mod:`shared.evaluation.cases`: a vector that contains the case's own
+    question is replaced by one that does not); requests from people and applications pass none.
+
+    The collection searched is the one PostgreSQL records as the workspace's (migration 022),
+    with the dense model recorded with it (migration 025), read in one row: a recall that read
+    them before a shadow switch searches the collection it read with that collection's model
+    (the switch keeps it). When that collection is gone (a plain rebuild dropped it after its
+    switch), the workspace's current one is checked as before (:func:`_searchable`).
+    ``target``: search this collection with this model instead (the evaluation of a shadow
+    rebuild's collection before its switch); requests from people and applications pass none.
 
     ``req.session``: the caller's workflow session; the cards decided in it (migration 012) are
     excluded like ``exclude`` and are never a bridge of link expansion. A session without
@@ -141,24 +161,36 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     async with db.transaction(workspace, role=role, read_only=True) as conn:
         language = (await workspaces.get(conn, workspace))["language"]
         recorded = await workspaces.index_collection(conn)
+        floors = await evaluations.floors(conn, models.PROJECTION_FORMAT)
         if session is not None:
             decided = await session_rows.decided_card_ids(conn, session)
+    model = target.model if target is not None else workspaces.model_of(recorded)
     t0 = clock()
-    dense, sparse = await embedder.embed_query(query_text, language)
-    layout = layout or embedder.layout(language)
+    dense, sparse = await embedder.embed_query(query_text, language, model)
+    layout = layout or embedder.layout(language, model=model)
+    floor = (similarity_floor.for_mode(floors, embedder.fingerprint(language, model), req.mode)
+             if target is None else None)
     t.embed += clock() - t0
     t0 = clock()
-    found = await index.check_collection(workspace, layout)
+    read = target.collection if target is not None else (recorded or {}).get("collection")
+    serving = await index.check_collection(workspace, layout, collection=read) if read else None
+    if serving is None and target is not None:
+        raise IndexUnavailable(f"no collection {target.collection!r} to evaluate")
+    if serving is None:
+        serving = await index.check_collection(workspace, layout)
     t.index += clock() - t0
-    if not (recorded is not None and found is not None and recorded["collection"] == found):
-        if not await _searchable(db, workspace, role, found):
+    if target is None and not (recorded is not None and serving is not None
+                               and recorded["collection"] == serving):
+        if not await _searchable(db, workspace, role, serving):
             async with db.transaction(workspace, role=role, read_only=True) as conn:
                 waiting = await outbox.unindexed_count(conn)
             return RecallResponse(results=[], excluded=0, expansion=ExpansionSummary.none(),
                                   not_indexed=waiting)
     branches = profile.branches()
-    dense_names = tuple(b for b in branches if b in layout.dense)
-    sparse_names = tuple(b for b in branches if b in layout.sparse)
+    searched = tuple(sorted(set(branches) | {b for m in (stand_in or {}).values()
+                                             for b in m.values()}))
+    dense_names = tuple(b for b in searched if b in layout.dense)
+    sparse_names = tuple(b for b in searched if b in layout.sparse)
 
     dropped: set[uuid.UUID] = set()
     for round_no in range(MAX_ROUNDS):
@@ -169,8 +201,11 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                                                         key=str)))
         t0 = clock()
         hits = await index.hybrid_query(workspace, dense, sparse, round_filter, n,
-                                        dense_names=dense_names, sparse_names=sparse_names)
+                                        dense_names=dense_names, sparse_names=sparse_names,
+                                        collection=serving)
         t.index += clock() - t0
+        if stand_in:
+            hits = _stood_in(hits, stand_in, branches)
         fused = fuse({name: [(h.id, h.score) for h in branch] for name, branch in hits.items()},
                      profile)
         point = {h.id: h for branch in hits.values() for h in branch}
@@ -214,9 +249,52 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                 truncated=expansion.truncated, lookups=expansion.lookups,
                 links_inspected=expansion.links_inspected,
                 budgets=[b for b in BUDGETS if b in expansion.budgets_hit])
-            return RecallResponse(results=results, excluded=len(dropped), expansion=summary,
-                                  not_indexed=await outbox.unindexed_count(conn))
-    raise AssertionError("unreachable: the last round returns")  # pragma: no cover
+            not_indexed = await outbox.unindexed_count(conn)
+        break
+    else:  # pragma: no cover
+        raise AssertionError("unreachable: the last round returns")
+    # similarities, outside the lock: the fused dense branches' scores, and one look-up by id
+    # for the results (and the seeds they were reached from) that no dense branch ranked
+    fused_dense = tuple(b for b in branches if b in layout.dense)
+    known: dict[uuid.UUID, float] = {}
+    for name in fused_dense:
+        for h in hits.get(name, []):
+            known[h.id] = max(known.get(h.id, -2.0), h.score)
+    wanted = {models.parse_card_id(cid) for r in results for cid in r.retrieval.path} - {None}
+    missing = sorted((c for c in wanted if c is not None and c not in known), key=str)
+    if missing and fused_dense:
+        t0 = clock()
+        looked_up = await index.dense_scores(workspace, dense, missing, fused_dense,
+                                             collection=serving)
+        t.index += clock() - t0
+        for name, scores in looked_up.items():
+            for cid, score in scores.items():
+                if name not in (stand_in or {}).get(cid, {}):  # a left-out vector stays out
+                    known[cid] = max(known.get(cid, -2.0), score)
+    results = _with_similarity(results, known, floor, req.min_score)
+    return RecallResponse(results=results, excluded=len(dropped), expansion=summary,
+                          not_indexed=not_indexed, floor=floor)
+
+
+def _with_similarity(results: list[RecallResult], known: Mapping[uuid.UUID, float],
+                     floor: float | None,
+                     min_score: float | Literal["floor"] | None) -> list[RecallResult]:
+    """``results`` with their ``similarity`` (the card's own, or that of the card its path
+    starts from when higher) and ``below_floor``; without those under ``min_score``
+    (``"floor"``: under ``floor``, when there is one)."""
+    limit = floor if min_score == "floor" else min_score
+    out = []
+    for r in results:
+        ids = [models.parse_card_id(r.card.id)]
+        if r.retrieval.path:
+            ids.append(models.parse_card_id(r.retrieval.path[0]))
+        values = [known[c] for c in ids if c is not None and c in known]
+        sim = round(max(values), 4) if values else None
+        if sim is not None and limit is not None and sim < limit:
+            continue
+        out.append(msgspec.structs.replace(
+            r, similarity=sim, below_floor=floor is not None and sim is not None and sim < floor))
+    return out
 
 
 async def _searchable(db: Database, workspace: str, role: Literal["runtime", "reader"],
@@ -255,6 +333,26 @@ async def _searchable(db: Database, workspace: str, role: Literal["runtime", "re
         f"the index collection {recorded['collection']!r} of workspace {workspace!r} is "
         + ("missing" if found is None else f"replaced by {found!r}")
         + "; the worker rebuilds it from PostgreSQL, recall answers once every card is back")
+
+
+def _stood_in(hits: dict[str, list[Hit]], stand_in: Mapping[uuid.UUID, Mapping[str, str]],
+              branches: tuple[str, ...]) -> dict[str, list[Hit]]:
+    """The fused ``branches``' rankings with each ``stand_in`` card's hit replaced by its hit
+    in the named other branch, re-sorted by score (stable, so ties keep the engine's order);
+    the other branches, if not fused, are dropped."""
+    out: dict[str, list[Hit]] = {}
+    for name in branches:
+        ranking = [h for h in hits.get(name, []) if name not in stand_in.get(h.id, {})]
+        for cid, swaps in stand_in.items():
+            other = swaps.get(name)
+            if other is None:
+                continue
+            found = next((h for h in hits.get(other, []) if h.id == cid), None)
+            if found is not None:
+                ranking.append(found)
+        ranking.sort(key=lambda h: -h.score)
+        out[name] = ranking
+    return out
 
 
 def _excluding(flt: IndexFilter, decided: set[uuid.UUID]) -> IndexFilter:

@@ -16,7 +16,8 @@ from psycopg import AsyncConnection
 
 from shared import models
 from shared.errors import SchemaOutdated
-from shared.metrics import LAG_BUCKETS, QueueFigures, WorkspaceQueue
+from shared.store import evaluations
+from shared.metrics import LAG_BUCKETS, QueueFigures, WorkspaceEvaluation, WorkspaceQueue
 from shared.store.database import Database, Q
 
 # ---- the code's projection format against the database's ----
@@ -191,15 +192,17 @@ async def unindexed_count(conn: AsyncConnection) -> int:
 async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKETS) -> QueueFigures:
     """The projection queue of every workspace, for the metrics at scrape time: operations per
     status, the age of the oldest pending or running one, and the lag (queued to completed, in
-    seconds) of the done ones over ``lag_bounds`` (ascending bucket upper bounds). One read-only
-    transaction and one statement whatever the number of workspaces (migration 022's definer
-    function scans the operations once).
+    seconds) of the done ones over ``lag_bounds`` (ascending bucket upper bounds); and each
+    workspace's latest finished recall evaluation. One read-only transaction and two statements
+    whatever the number of workspaces (migration 022's definer function scans the operations
+    once; 024's reads the newest finished run of each workspace).
 
     :raises DatabaseUnavailable: PostgreSQL cannot be reached. :raises SchemaOutdated.
     """
     params = {"n": len(lag_bounds), "neg_bounds": [-b for b in reversed(lag_bounds)]}
     async with db.transaction(None, read_only=True) as conn:
         rows = await (await conn.execute(Q.outbox_queue_summary, params)).fetchall()
+        evaluated = await evaluations.latest(conn)
     figures = QueueFigures(workspaces=[], lag_buckets=[0] * (len(lag_bounds) + 1), lag_sum=0.0)
     queues: dict[str, WorkspaceQueue] = {}
     for row in rows:
@@ -214,6 +217,9 @@ async def queue_figures(db: Database, lag_bounds: tuple[float, ...] = LAG_BUCKET
             figures.lag_buckets[row["bucket"]] += row["n"]
             figures.lag_sum += row["lag_sum"]
     figures.workspaces = list(queues.values())
+    figures.evaluations = [WorkspaceEvaluation(workspace=r["workspace_id"],
+                                               figures=(r["figures"] or {}).get("figures", []),
+                                               regressions=r["regressions"]) for r in evaluated]
     return figures
 
 

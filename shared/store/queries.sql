@@ -32,7 +32,9 @@ SELECT workspace_removal_index_result(%(id)s, %(error)s);
 -- name: workspaces_index_collection
 -- The collection recorded as holding the workspace's valid projections (migration 022): no row
 -- when none was recorded yet, a NULL collection while a lost one is being rebuilt.
-SELECT collection, recorded_at FROM index_collections;
+SELECT collection, recorded_at, dense_model, dense_model_path, previous_collection,
+       previous_dense_model, previous_dense_model_path, switched_at
+FROM index_collections;
 
 -- name: workspaces_record_index_collection
 -- Record the collection that holds the workspace's valid projections (NULL: none; the one
@@ -41,6 +43,22 @@ INSERT INTO index_collections (workspace_id, collection, recorded_at)
 VALUES (%(workspace)s, %(collection)s, now())
 ON CONFLICT (workspace_id) DO UPDATE
 SET collection = EXCLUDED.collection, recorded_at = EXCLUDED.recorded_at;
+
+-- name: workspaces_switch_index_collection
+-- A shadow switch or a switch back (migration 025): the collection and its model become the
+-- workspace's, the one they replace is kept as the previous index (NULL: dropped, or none).
+UPDATE index_collections
+SET previous_collection = collection, previous_dense_model = dense_model,
+    previous_dense_model_path = dense_model_path,
+    collection = %(collection)s, dense_model = %(dense_model)s,
+    dense_model_path = %(dense_model_path)s, recorded_at = now(), switched_at = now()
+WHERE workspace_id = %(workspace)s;
+
+-- name: workspaces_forget_previous_index
+-- The previous index was dropped (or lost): nothing to switch back to.
+UPDATE index_collections
+SET previous_collection = NULL, previous_dense_model = NULL, previous_dense_model_path = NULL
+WHERE workspace_id = %(workspace)s;
 
 -- ==== cards: cards, dependencies, links (shared/store/cards.py) ====
 -- name: cards_insert
@@ -486,10 +504,10 @@ WHERE op = 'delete' AND status IN ('pending', 'running');
 -- is added under a running process (tests/test_schema_gone.py).
 -- name: rebuilds_insert
 -- Queue a rebuild of the workspace; returns its row.
-INSERT INTO index_rebuilds (id, workspace_id, requested_by)
-VALUES (%(id)s, %(workspace)s, %(actor)s)
+INSERT INTO index_rebuilds (id, workspace_id, requested_by, shadow)
+VALUES (%(id)s, %(workspace)s, %(actor)s, %(shadow)s)
 RETURNING id, workspace_id, status, requested_by, total, done, collection, summary, error,
-          lease_expires_at, created_at, started_at, finished_at;
+          lease_expires_at, created_at, started_at, finished_at, shadow;
 
 -- name: rebuilds_claim
 -- Lease a queued rebuild (or a running one whose lease expired); no row when it is taken.
@@ -498,7 +516,7 @@ SET status = 'running', started_at = coalesce(started_at, now()), done = 0,
     lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
 WHERE id = %(id)s AND (status = 'queued' OR (status = 'running' AND lease_expires_at < now()))
 RETURNING id, workspace_id, status, requested_by, total, done, collection, summary, error,
-          lease_expires_at, created_at, started_at, finished_at;
+          lease_expires_at, created_at, started_at, finished_at, shadow;
 
 -- name: rebuilds_progress
 -- Record how many cards a running rebuild wrote into its collection, and renew its lease.
@@ -521,7 +539,7 @@ SET status = %(status)s, summary = %(summary)s, error = %(error)s, finished_at =
     lease_expires_at = NULL
 WHERE id = %(id)s
 RETURNING id, workspace_id, status, requested_by, total, done, collection, summary, error,
-          lease_expires_at, created_at, started_at, finished_at;
+          lease_expires_at, created_at, started_at, finished_at, shadow;
 
 -- name: rebuilds_release
 -- A rebuild interrupted by a graceful stop goes back to the queue (the sweep restarts it).
@@ -532,13 +550,13 @@ WHERE id = %(id)s AND status = 'running';
 -- name: rebuilds_get
 -- One rebuild of the workspace by id.
 SELECT id, workspace_id, status, requested_by, total, done, collection, summary, error,
-          lease_expires_at, created_at, started_at, finished_at
+          lease_expires_at, created_at, started_at, finished_at, shadow
 FROM index_rebuilds WHERE id = %(id)s;
 
 -- name: rebuilds_latest
 -- The workspace's most recently requested rebuild.
 SELECT id, workspace_id, status, requested_by, total, done, collection, summary, error,
-          lease_expires_at, created_at, started_at, finished_at
+          lease_expires_at, created_at, started_at, finished_at, shadow
 FROM index_rebuilds ORDER BY created_at DESC LIMIT 1;
 
 -- name: rebuilds_sweep
@@ -928,3 +946,166 @@ SELECT sessions, links FROM admin_purge_ended(make_interval(secs => %(grace)s));
 INSERT INTO admin_sign_in_links (code_hash, workspace_id, token_id, expires_at)
 VALUES (%(digest)s, %(workspace)s, %(token_id)s, %(expires_at)s)
 RETURNING created_at, expires_at;
+
+-- ==== evaluations: recall evaluation cases and runs (shared/store/evaluations.py) ====
+-- name: evaluations_solved_cards
+-- Every solved question projected in the current format (%(format)s), with its question, the
+-- databases its dependencies name, and its outgoing links' targets (projected ones only, with
+-- their family): the derived cases' material (shared/evaluation/cases.py).
+SELECT c.id, c.content ->> 'question' AS question,
+       coalesce((SELECT array_agg(DISTINCT d.database_name ORDER BY d.database_name)
+                 FROM card_dependencies d WHERE d.card_id = c.id), '{}') AS databases,
+       coalesce((SELECT array_agg(l.target_id ORDER BY l.target_id)
+                 FROM card_links l JOIN cards t ON t.id = l.target_id
+                 JOIN projections tp ON tp.card_id = t.id AND tp.revision = t.revision
+                      AND tp.format = %(format)s
+                 WHERE l.source_id = c.id), '{}') AS targets,
+       coalesce((SELECT array_agg(t.family ORDER BY l.target_id)
+                 FROM card_links l JOIN cards t ON t.id = l.target_id
+                 JOIN projections tp ON tp.card_id = t.id AND tp.revision = t.revision
+                      AND tp.format = %(format)s
+                 WHERE l.source_id = c.id), '{}') AS target_families
+FROM cards c
+JOIN projections p ON p.card_id = c.id AND p.revision = c.revision AND p.format = %(format)s
+WHERE c.family = 'solved_question' AND coalesce(c.content ->> 'question', '') <> ''
+ORDER BY c.id;
+
+-- name: evaluations_projected
+-- Which of %(ids)s are cards projected at their revision in the current format (%(format)s).
+SELECT c.id FROM cards c
+JOIN projections p ON p.card_id = c.id AND p.revision = c.revision AND p.format = %(format)s
+WHERE c.id = ANY(%(ids)s);
+
+-- name: evaluations_cases
+-- The workspace's curated cases, oldest first.
+SELECT id, question, mode, filters, expected, match, note, created_by, created_at, updated_at
+FROM eval_cases ORDER BY created_at, id;
+
+-- name: evaluations_case_get
+-- One curated case, or nothing.
+SELECT id, question, mode, filters, expected, match, note, created_by, created_at, updated_at
+FROM eval_cases WHERE id = %(id)s;
+
+-- name: evaluations_case_insert
+-- A curated case; returns its row. ON CONFLICT: an import that names an existing id replaces it.
+INSERT INTO eval_cases (id, workspace_id, question, mode, filters, expected, match, note,
+                        created_by)
+VALUES (%(id)s, %(workspace)s, %(question)s, %(mode)s, %(filters)s, %(expected)s, %(match)s,
+        %(note)s, %(actor)s)
+ON CONFLICT (id) DO UPDATE SET question = EXCLUDED.question, mode = EXCLUDED.mode,
+    filters = EXCLUDED.filters, expected = EXCLUDED.expected, match = EXCLUDED.match,
+    note = EXCLUDED.note, updated_at = now()
+WHERE eval_cases.workspace_id = EXCLUDED.workspace_id
+RETURNING id, question, mode, filters, expected, match, note, created_by, created_at, updated_at;
+
+-- name: evaluations_case_update
+-- Replace a curated case's fields; returns its row, nothing when there is no such case.
+UPDATE eval_cases SET question = %(question)s, mode = %(mode)s, filters = %(filters)s,
+    expected = %(expected)s, match = %(match)s, note = %(note)s, updated_at = now()
+WHERE id = %(id)s
+RETURNING id, question, mode, filters, expected, match, note, created_by, created_at, updated_at;
+
+-- name: evaluations_case_delete
+-- Delete a curated case; returns its id, nothing when there was none.
+DELETE FROM eval_cases WHERE id = %(id)s RETURNING id;
+
+-- name: evaluations_run_insert
+-- Queue a run; nothing when one of this workspace is already queued or running (the unique
+-- index; the caller runs it in a savepoint).
+INSERT INTO eval_runs (id, workspace_id, trigger, requested_by)
+VALUES (%(id)s, %(workspace)s, %(trigger)s, %(actor)s)
+RETURNING id, status, trigger, requested_by, created_at;
+
+-- name: evaluations_run_claim
+-- Lease a queued run (or a running one whose lease expired) for %(lease_seconds)s seconds.
+UPDATE eval_runs SET status = 'running', started_at = now(), done = 0,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = %(id)s AND (status = 'queued' OR (status = 'running' AND lease_expires_at < now()))
+RETURNING id, trigger, requested_by;
+
+-- name: evaluations_run_progress
+-- Record %(done)s of %(total)s cases recalled and renew the lease.
+UPDATE eval_runs SET done = %(done)s, total = %(total)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+WHERE id = %(id)s AND status = 'running';
+
+-- name: evaluations_run_finish
+-- Close a run as done (with what it measured) or failed (with its error).
+UPDATE eval_runs SET status = %(status)s, finished_at = now(), lease_expires_at = NULL,
+    done = coalesce(%(done)s, done), total = coalesce(%(total)s, total),
+    fingerprint = %(fingerprint)s, format = %(format)s, profiles = %(profiles)s,
+    profile_digest = %(profile_digest)s, figures = %(figures)s, misses = %(misses)s,
+    outcomes = %(outcomes)s, compared_with = %(compared_with)s, regressions = %(regressions)s,
+    regression = %(regression)s, seconds = %(seconds)s, error = %(error)s,
+    candidate = %(candidate)s
+WHERE id = %(id)s
+RETURNING id;
+
+-- name: evaluations_run_get
+-- One run with its figures and misses (not its per-case outcomes).
+SELECT id, status, trigger, requested_by, created_at, started_at, finished_at, done, total,
+       fingerprint, format, profiles, profile_digest, figures, misses, compared_with,
+       regressions, regression, seconds, error, candidate
+FROM eval_runs WHERE id = %(id)s;
+
+-- name: evaluations_run_outcomes
+-- One finished run's per-case outcomes (a shadow candidate's base: its baseline run).
+SELECT id, outcomes, figures FROM eval_runs
+WHERE id = %(id)s AND status = 'done' AND outcomes IS NOT NULL;
+
+-- name: evaluations_runs
+-- Runs newest first, without their misses and outcomes (the history).
+SELECT id, status, trigger, requested_by, created_at, started_at, finished_at, done, total,
+       fingerprint, format, profiles, profile_digest, figures, NULL::jsonb AS misses,
+       compared_with, regressions, regression, seconds, error, candidate
+FROM eval_runs ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: evaluations_runs_count
+-- How many runs the workspace has.
+SELECT count(*) AS total FROM eval_runs;
+
+-- name: evaluations_previous_done
+-- The newest finished run before %(id)s, with its per-case outcomes (the comparison's base); a
+-- shadow rebuild's candidate run is never one (it did not recall from the serving index).
+SELECT id, outcomes, figures FROM eval_runs
+WHERE status = 'done' AND id <> %(id)s AND outcomes IS NOT NULL AND candidate IS NULL
+ORDER BY finished_at DESC, id DESC LIMIT 1;
+
+-- name: evaluations_states
+-- Per workspace, what decides whether an evaluation is due (the sweep; definer function).
+SELECT * FROM evaluation_states();
+
+-- name: evaluations_latest
+-- The latest finished run's figures of every workspace and its count of regressions (metrics).
+SELECT * FROM evaluation_latest();
+
+-- name: evaluations_latest_done
+-- The workspace's newest finished run: when, its figures, whether it regressed (the explorer).
+SELECT id, finished_at, figures, regression FROM eval_runs
+WHERE status = 'done' AND candidate IS NULL ORDER BY finished_at DESC, id DESC LIMIT 1;
+
+-- name: evaluations_run_release
+-- Put a running run back in the queue (its worker is stopping): the next sweep offers it again.
+UPDATE eval_runs SET status = 'queued', started_at = NULL, lease_expires_at = NULL, done = 0
+WHERE id = %(id)s AND status = 'running';
+
+-- name: evaluations_export
+-- The curated cases as cards-file lines, oldest first: each with its expected cards by their
+-- keys (card_key: the import key, else mem-<id>), in the case's order; a deleted card is left out.
+SELECT e.id, e.question, e.mode, e.filters, e.match, e.note,
+       coalesce((SELECT array_agg(card_key(c.import_key, c.id) ORDER BY x.ord)
+                 FROM unnest(e.expected) WITH ORDINALITY AS x(card_id, ord)
+                 JOIN cards c ON c.id = x.card_id), '{}') AS expected
+FROM eval_cases e ORDER BY e.created_at, e.id;
+
+-- name: evaluations_case_exists
+-- Whether %(id)s is one of this workspace's curated cases.
+SELECT 1 AS found FROM eval_cases WHERE id = %(id)s;
+
+-- name: evaluations_floors
+-- The similarity floors of the workspace's newest finished run in projection format %(format)s
+-- (not a shadow candidate's) with the fingerprint it ran with: what recall marks results against
+-- (shared/evaluation/floor.py). Walks eval_runs_recent backwards.
+SELECT fingerprint, figures -> 'floors' AS floors FROM eval_runs
+WHERE status = 'done' AND candidate IS NULL AND format = %(format)s
+ORDER BY created_at DESC, id DESC LIMIT 1;

@@ -16,14 +16,15 @@ from shared.store.database import Q
 
 
 async def insert(conn: AsyncConnection, rebuild_id: uuid.UUID, workspace_id: str,
-                 actor: str) -> dict[str, Any] | None:
-    """Queue a rebuild of the workspace; returns its row, or None when one is already queued or
-    running (a unique index allows one; the attempt is rolled back to a savepoint, so the
-    transaction goes on)."""
+                 actor: str, shadow: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Queue a rebuild of the workspace (a shadow one with ``shadow``, migration 025); returns
+    its row, or None when one is already queued or running (a unique index allows one; the
+    attempt is rolled back to a savepoint, so the transaction goes on)."""
     try:
         async with conn.transaction():
             return await (await conn.execute(Q.rebuilds_insert, {
-                "id": rebuild_id, "workspace": workspace_id, "actor": actor})).fetchone()
+                "id": rebuild_id, "workspace": workspace_id, "actor": actor,
+                "shadow": Jsonb(shadow) if shadow is not None else None})).fetchone()
     except psycopg.errors.UniqueViolation:
         return None
 

@@ -41,9 +41,36 @@ async def removal_index_result(conn: AsyncConnection, removal_id: int,
 
 
 async def index_collection(conn: AsyncConnection) -> dict[str, Any] | None:
-    """The workspace's recorded index collection ``{collection, recorded_at}`` (migration 022):
-    None when none was recorded yet; ``collection`` None while a lost one is being rebuilt."""
+    """The workspace's recorded index ``{collection, recorded_at, dense_model, dense_model_path,
+    previous_collection, previous_dense_model, previous_dense_model_path, switched_at}``
+    (migrations 022, 025): None when none was recorded yet; ``collection`` None while a lost one
+    is being rebuilt; ``dense_model``/``dense_model_path`` None for the process's configured
+    model (:func:`model_of`); ``previous_*`` the index a shadow switch replaced and kept."""
     return await (await conn.execute(Q.workspaces_index_collection)).fetchone()
+
+
+def model_of(row: dict[str, Any] | None, previous: bool = False) -> tuple[str, str | None] | None:
+    """The dense model recorded for an index (:data:`shared.index.embedding.ModelKey`), the
+    previous one's with ``previous``; None for the process's configured model."""
+    if row is None:
+        return None
+    name = row["previous_dense_model" if previous else "dense_model"]
+    return (name, row["previous_dense_model_path" if previous else "dense_model_path"]) \
+        if name else None
+
+
+async def switch_index_collection(conn: AsyncConnection, workspace_id: str, collection: str,
+                                  model: tuple[str, str | None] | None) -> None:
+    """Make ``collection``, built with ``model`` (None: the configured one), the workspace's
+    index and keep the one it replaces as the previous index (migration 025)."""
+    await conn.execute(Q.workspaces_switch_index_collection, {
+        "workspace": workspace_id, "collection": collection,
+        "dense_model": model[0] if model else None, "dense_model_path": model[1] if model else None})
+
+
+async def forget_previous_index(conn: AsyncConnection, workspace_id: str) -> None:
+    """Record that the workspace has no previous index any more (dropped or lost)."""
+    await conn.execute(Q.workspaces_forget_previous_index, {"workspace": workspace_id})
 
 
 async def record_index_collection(conn: AsyncConnection, workspace_id: str,

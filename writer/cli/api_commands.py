@@ -127,6 +127,16 @@ API_CALLS: dict[str, ApiCall] = {call.name: call for call in (
             "GET", "{memory}/pending",
             (arg("--limit", type=int, default=100, help="at most this many (default 100)"),),
             query=("limit",)),
+    ApiCall("eval-cases", "List a workspace's curated recall evaluation cases.",
+            "GET", "{memory}/evaluation-cases"),
+    ApiCall("eval-case-add", "Add a curated evaluation case from a JSON file "
+            "({question, mode, expected: [card ids], filters?, match?, note?}).",
+            "POST", "{memory}/evaluation-cases",
+            (arg("--data", required=True, help="JSON file with the case ('-' = stdin)"),),
+            body=_as_is),
+    ApiCall("eval-case-delete", "Delete a curated evaluation case.",
+            "DELETE", "{memory}/evaluation-cases/{case_id}",
+            (arg("case_id", help="case id (UUID)"),)),
     ApiCall("status", "Card counts per family and projection progress of a workspace.",
             "GET", "{memory}/status"),
     ApiCall("propose",
@@ -344,41 +354,148 @@ def configure_audit_parser(subparsers: argparse._SubParsersAction) -> None:
     au.add_argument("--repair", action="store_true", help="queue operations that fix what it finds")
 
 
-def index_command(args: argparse.Namespace) -> Any:
-    """Start a rebuild and follow it: a progress bar on a terminal (stderr), the final rebuild row
-    as the result; with ``--no-wait`` the queued row.
-
-    :raises CliError: ``rebuild_failed`` (status 3) with the rebuild row.
-    """
+def follow(api: ApiClient, path: str, row: dict[str, Any], unit: str) -> dict[str, Any]:
+    """Poll ``GET {path}/{row id}`` every second while the tracked job (a rebuild, an
+    evaluation run) is queued or running, drawing a progress bar of ``done/total {unit}`` on a
+    terminal (stderr); returns its last state."""
     import time
 
-    api, ws = ApiClient(), args.workspace
-    row = api.call("POST", f"{memory_path(ws)}/index")
-    if args.no_wait:
-        return row
     tty = sys.stderr.isatty()
     while row["status"] in ("queued", "running"):
         time.sleep(1.0)
-        row = api.call("GET", f"{memory_path(ws)}/index/{row['id']}")
+        row = api.call("GET", f"{path}/{row['id']}")
         if tty and row.get("total"):
             done, total = row["done"], row["total"]
             filled = int(30 * done / max(total, 1))
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} cards")
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {unit}")
             sys.stderr.flush()
     if tty:
         sys.stderr.write("\n")
+    return row
+
+
+def index_command(args: argparse.Namespace) -> Any:
+    """Start a rebuild and follow it: a progress bar on a terminal (stderr), the final rebuild row
+    as the result; with ``--no-wait`` the queued row. ``--shadow --model PATH``: a shadow
+    rebuild with the model folder ``PATH`` (absolute when it exists here, else relative to the
+    writer's ``MEMARC_MODEL_ROOT``), switched in only when its evaluation is not worse
+    (``--force``: whatever it says); ``--switch-back``: back to the previous index a shadow
+    switch kept; ``--drop-previous``: drop it; ``--state``: the index and model recall serves.
+
+    :raises CliError: ``rebuild_failed`` (status 3) with the rebuild row; ``shadow_declined``
+        (status 4) when the shadow's evaluation regressed and it was not switched in.
+    """
+    api, ws = ApiClient(), args.workspace
+    base = f"{memory_path(ws)}/index"
+    if args.state:
+        return api.call("GET", f"{base}/collections")
+    if args.drop_previous:
+        return api.call("DELETE", f"{base}/previous")
+    if (args.model or args.model_name or args.force) and not args.shadow:
+        raise CliError({"error": "--model, --model-name and --force go with --shadow",
+                        "code": "bad_arguments"}, 2)
+    if args.switch_back:
+        row = api.call("POST", f"{base}/switch-back")
+    elif args.shadow:
+        if not (args.model or args.model_name):
+            raise CliError({"error": "--shadow needs --model PATH (or --model-name ID)",
+                            "code": "bad_arguments"}, 2)
+        shadow: dict[str, Any] = {"force": args.force}
+        if args.model:
+            local = Path(args.model).expanduser()
+            shadow["model_path"] = str(local.resolve()) if local.exists() else args.model
+        if args.model_name:
+            shadow["model"] = args.model_name
+        row = api.call("POST", base, json={"shadow": shadow})
+    else:
+        row = api.call("POST", base)
+    if args.no_wait:
+        return row
+    row = follow(api, base, row, "cards")
     if row["status"] == "failed":
         raise CliError({"error": row.get("error") or "rebuild failed", "code": "rebuild_failed",
                         "rebuild": row}, 3)
+    if row["status"] == "declined":
+        verdict = (row.get("summary") or {}).get("evaluation") or {}
+        lost = "; ".join(f"{t['mode']} {t['source']} r@{t['k']}: lost {t['lost']}, gained "
+                         f"{t['gained']}, p={t['p']:.3g}" for t in verdict.get("regressed", []))
+        raise CliError({"error": "the shadow index evaluated worse than the serving one and was "
+                        f"not switched in ({lost or verdict.get('error', 'see the runs')}); "
+                        "--force switches anyway", "code": "shadow_declined", "rebuild": row}, 4)
     return row
 
 
 def configure_index_parser(subparsers: argparse._SubParsersAction) -> None:
     ix = add_command(
         subparsers, "index",
-        "Rebuild a workspace's index from its cards into a new collection, then switch.",
+        "Rebuild a workspace's index from its cards into a new collection, then switch; "
+        "--shadow --model PATH builds with another model and switches only when its "
+        "evaluation is not worse.",
         index_command, workspace=True)
     ix.add_argument("--no-wait", action="store_true", help="queue the rebuild and return")
+    ix.add_argument("--shadow", action="store_true",
+                    help="a shadow rebuild with another dense model (--model): evaluated "
+                         "against the serving index first, the old one kept for a switch back")
+    ix.add_argument("--model", metavar="PATH",
+                    help="the shadow rebuild's model folder (under MEMARC_MODEL_ROOT)")
+    ix.add_argument("--model-name", metavar="ID",
+                    help="its fastembed model id (default: MEMARC_DENSE_MODEL)")
+    ix.add_argument("--force", action="store_true",
+                    help="switch the shadow index in whatever its evaluation says")
+    ix.add_argument("--switch-back", action="store_true",
+                    help="switch back to the previous index a shadow switch kept")
+    ix.add_argument("--drop-previous", action="store_true",
+                    help="drop the previous index (no switch back afterwards)")
+    ix.add_argument("--state", action="store_true",
+                    help="print the index and model recall serves, and the previous one")
+
+
+def _figures_line(run: dict[str, Any]) -> str:
+    """One line of a finished run's figures: ``mode/source r@1 r@3 r@5 (n)`` for each."""
+    parts = [f"{f['mode']}/{f['source']} r@1 {f['r1']:.3f} r@3 {f['r3']:.3f} r@5 {f['r5']:.3f} "
+             f"({f['cases']})" for f in run.get("figures", [])]
+    return "; ".join(parts) or "no cases"
+
+
+def eval_command(args: argparse.Namespace) -> Any:
+    """Run a recall evaluation and follow it (a progress line on stderr: ``done/total cases``
+    on a terminal, and the figures once finished), printing the finished run; ``--no-wait``:
+    the queued run; ``--history``: the runs, newest first.
+
+    :raises CliError: ``evaluation_failed`` (status 3) with the run; ``regression`` (status 4)
+        with ``--fail-on-regression`` when the run regressed against the one before.
+    """
+    api, ws = ApiClient(), args.workspace
+    path = f"{memory_path(ws)}/evaluations"
+    if args.history:
+        return api.call("GET", path, params={"limit": args.limit})
+    run = api.call("POST", path, params={"wait": 0})
+    if args.no_wait:
+        return run
+    run = follow(api, path, run, "cases")
+    if run["status"] == "failed":
+        raise CliError({"error": run.get("error") or "evaluation failed",
+                        "code": "evaluation_failed", "run": run}, 3)
+    sys.stderr.write(f"evaluation {run['id']} done in {run.get('seconds') or 0:.1f} s"
+                     f"{': REGRESSION' if run.get('regression') else ''}: "
+                     f"{_figures_line(run)}\n")
+    if args.fail_on_regression and run.get("regression"):
+        raise CliError({"error": "the evaluation regressed against the run before it",
+                        "code": "regression", "run": run}, 4)
+    return run
+
+
+def configure_eval_parser(subparsers: argparse._SubParsersAction) -> None:
+    ev = add_command(
+        subparsers, "eval",
+        "Run a recall evaluation of a workspace on its own cards (or list the runs).",
+        eval_command, workspace=True)
+    ev.add_argument("--no-wait", action="store_true", help="queue the run and return")
+    ev.add_argument("--history", action="store_true",
+                    help="list the runs, newest first, instead of running one")
+    ev.add_argument("--limit", type=int, default=20, help="with --history: at most this many")
+    ev.add_argument("--fail-on-regression", action="store_true",
+                    help="exit 4 when the run regressed against the one before it")
 
 
 def import_command(args: argparse.Namespace) -> Any:
@@ -611,7 +728,9 @@ PARSERS = (
     configure_list_parser, API_CALLS["show"].configure, API_CALLS["retry"].configure,
     API_CALLS["create"].configure, API_CALLS["update"].configure, configure_delete_parser,
     API_CALLS["pending"].configure, API_CALLS["status"].configure, configure_activity_parser,
-    configure_audit_parser, configure_index_parser, configure_import_parser,
+    configure_audit_parser, configure_index_parser, configure_eval_parser,
+    API_CALLS["eval-cases"].configure, API_CALLS["eval-case-add"].configure,
+    API_CALLS["eval-case-delete"].configure, configure_import_parser,
     configure_export_parser,
     configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["sessions"].configure,
     API_CALLS["summary"].configure,

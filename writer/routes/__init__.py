@@ -1,12 +1,13 @@
 """The writer's routes, by area: :mod:`~writer.routes.memory` (cards, recall, index, import and
 export), :mod:`~writer.routes.sessions` (the session workflow), :mod:`~writer.routes.schema_changes`
-(schema-change cleanup) and :mod:`~writer.routes.health` (liveness, readiness).
+(schema-change cleanup), :mod:`~writer.routes.evaluations` (recall evaluations) and
+:mod:`~writer.routes.health` (liveness, readiness).
 
 Every archive route sits under one :class:`~litestar.Router`, :func:`workspace_router`, which
 carries what they all need once: the path ``/api/workspaces/{workspace_id}``, the guards
 (:func:`~writer.auth.authorize`, then :func:`~writer.auth.reject_unknown_query`), the bearer
 security requirement and the dependencies (``archive``, ``workflow``, ``schema_changes``,
-``transfer``, ``principal``). Each controller names its area's path, tag and permission
+``transfer``, ``evaluations``, ``principal``). Each controller names its area's path, tag and permission
 (``opt["permission"]``).
 """
 
@@ -17,10 +18,12 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from shared.archive.cards import Archive
+from shared.archive.evaluations import Evaluations
 from shared.archive.transfer import Transfer
 from shared.archive.schema_changes import SchemaChanges
 from shared.archive.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
+from writer.routes.evaluations import EvaluationCaseController, EvaluationController
 from writer.routes.memory import MemoryController
 from writer.routes.schema_changes import SchemaChangeController
 from writer.routes.sessions import SessionController, list_sessions
@@ -43,6 +46,11 @@ async def provide_transfer(state: State) -> Transfer:
     return state.archive.transfer
 
 
+async def provide_evaluations(state: State) -> Evaluations:
+    """The recall evaluations of the process's archive (``Resources.archive()``)."""
+    return state.archive.evaluations
+
+
 async def provide_schema_changes(state: State) -> SchemaChanges:
     """The schema-change cleanup of the process's archive (``Resources.archive()``)."""
     return state.archive.schema_changes
@@ -54,12 +62,14 @@ def workspace_router() -> Router:
     return Router(
         WORKSPACE_PATH,
         route_handlers=[MemoryController, SessionController, list_sessions,
-                        SchemaChangeController],
+                        SchemaChangeController, EvaluationController,
+                        EvaluationCaseController],
         guards=[authorize, reject_unknown_query],
         security=[{"bearer": []}],
         dependencies={"archive": Provide(provide_archive),
                       "workflow": Provide(provide_workflow),
                       "schema_changes": Provide(provide_schema_changes),
                       "transfer": Provide(provide_transfer),
+                      "evaluations": Provide(provide_evaluations),
                       "principal": Provide(provide_principal)},
     )

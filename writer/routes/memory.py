@@ -21,13 +21,13 @@ from litestar.response import Stream
 
 from shared import models
 from shared.archive.cards import Archive
-from shared.archive.responses import (ActivityPage, AuditReport, CardDetail, CardPage,
+from shared.archive.responses import (ActivityPage, AuditReport, CardDetail, CardPage, IndexState,
                                       DeleteResult, ImportResult, PendingPage, QueuedRebuild,
                                       RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
                                       WriteResult)
 from shared.archive.transfer import Transfer
 from shared.auth import Principal
-from shared.cards_file import decode_cards
+from shared.cards_file import decode_cards_file
 from shared.errors import BadRequest, UnsupportedEncoding
 from shared.models import CardWrite, ImportCard, SearchRequest
 from shared.store.listing import ListQuery
@@ -181,12 +181,49 @@ class MemoryController(Controller):
           opt={"activity": "index"})
     async def start_rebuild(self, archive: NamedDependency[Archive],
                             principal: NamedDependency[Principal],
-                            workspace_id: FromPath[WorkspaceId]) -> QueuedRebuild:
+                            workspace_id: FromPath[WorkspaceId],
+                            data: JSONBody[models.IndexRequest | None] = None) -> QueuedRebuild:
         """Queue a tracked rebuild of the projection from authoritative cards into a new
         collection, switched in when complete (recall keeps working on the old one). 202 with
-        the rebuild ``{id, status, ...}``; follow it with ``GET .../index/{id}``. Errors: 409 a
-        rebuild is already queued or running."""
-        return await archive.start_rebuild(principal, workspace_id)
+        the rebuild ``{id, status, ...}``; follow it with ``GET .../index/{id}``. An optional
+        body ``{"shadow": {"model_path", "model", "force"}}`` makes it a shadow rebuild with
+        another dense model: evaluated against the current index on the same cases and
+        switched in only when not worse (else status ``declined``) or when forced; the
+        current index is kept as the previous one (docs/evaluation.md). Errors: 409 a rebuild
+        is already queued or running; 422 a model folder outside ``MEMARC_MODEL_ROOT``."""
+        shadow = data.shadow if data is not None else None
+        return await archive.start_rebuild(principal, workspace_id, shadow)
+
+    @post("/index/switch-back", responses=PROBLEM_RESPONSES,
+          summary="Switch back to the previous index", status_code=202,
+          opt={"activity": "index"})
+    async def switch_back(self, archive: NamedDependency[Archive],
+                          principal: NamedDependency[Principal],
+                          workspace_id: FromPath[WorkspaceId]) -> QueuedRebuild:
+        """Queue a switch back to the previous index a shadow switch kept, with its model: its
+        points still current are kept, the rest written again, then it is switched in (the
+        one it replaces becomes the previous). 202 with the rebuild. Errors: 409
+        ``no_previous_index``, or a rebuild is already queued or running."""
+        return await archive.start_rebuild(principal, workspace_id, restore=True)
+
+    @get("/index/collections", responses=PROBLEM_RESPONSES, summary="The recorded index")
+    async def index_state(self, archive: NamedDependency[Archive],
+                          principal: NamedDependency[Principal],
+                          workspace_id: FromPath[WorkspaceId]) -> IndexState:
+        """``{current: {collection, model, model_path}, previous: … | null, switched_at}``:
+        the collection and dense model recall serves from, and the previous index a shadow
+        switch kept."""
+        return await archive.index_state(principal, workspace_id)
+
+    @delete("/index/previous", responses=PROBLEM_RESPONSES, summary="Drop the previous index",
+            status_code=200, opt={"activity": "index"})
+    async def drop_previous_index(self, archive: NamedDependency[Archive],
+                                  principal: NamedDependency[Principal],
+                                  workspace_id: FromPath[WorkspaceId]) -> IndexState:
+        """Drop the previous index a shadow switch kept (no switch back afterwards); answers
+        the index state. Errors: 409 ``no_previous_index`` or a rebuild is open; 503
+        ``index_unavailable``."""
+        return await archive.drop_previous_index(principal, workspace_id)
 
     @get("/index", responses=PROBLEM_RESPONSES, summary="Latest index rebuild")
     async def latest_rebuild(self, archive: NamedDependency[Archive],
@@ -268,8 +305,9 @@ class MemoryController(Controller):
         no card lines (``no cards``), 413 too large (also decompressed: at
         most 4 × the body limit), 415 another content encoding."""
         raw = _decode_body(await request.body(), request.headers.get("content-encoding", ""))
-        cards = decode_cards(raw.splitlines())
-        return await transfer.import_cards(principal, workspace_id, cards, on_conflict, mode)
+        cards, cases = decode_cards_file(raw.splitlines())
+        return await transfer.import_cards(principal, workspace_id, cards, on_conflict, mode,
+                                           cases=cases)
 
     @get("/export", responses=PROBLEM_RESPONSES, summary="Export the cards file (JSON Lines)",
          media_type=NDJSON)

@@ -25,7 +25,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
 from shared.config import Settings
-from writer.routes.admin import auth, cards, pending, review, schema_changes
+from writer.routes.admin import auth, cards, evaluations, pending, review, schema_changes
 from writer.routes.admin.pages import EXCEPTION_HANDLERS, PREFIX
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,7 +54,8 @@ class AdminPlugin(InitPlugin):
     def on_app_init(self, app_config: AppConfig) -> AppConfig:
         app_config.route_handlers.append(Router(
             PREFIX, route_handlers=[*auth.HANDLERS, *cards.HANDLERS, *pending.HANDLERS,
-                                    *review.HANDLERS, *schema_changes.HANDLERS],
+                                    *review.HANDLERS, *schema_changes.HANDLERS,
+                                    *evaluations.HANDLERS],
             exception_handlers=EXCEPTION_HANDLERS, include_in_schema=False,
             opt={"activity": None}))
         app_config.route_handlers.append(create_static_files_router(

@@ -22,6 +22,7 @@ from shared.archive.cards import Archive
 from shared.errors import Forbidden, InvalidInput, NotFound, StaleRevision
 from shared.store.listing import ListQuery
 from writer.routes.admin import forms
+from writer.routes.admin.evaluations import latest_summary
 from writer.routes.admin.pages import (Person, Urls, provide_archive, provide_person, recorded,
                                        render, see_other)
 from writer.routes.params import CardId, WorkspaceId
@@ -72,7 +73,7 @@ async def card_list(person: NamedDependency[Person], archive: NamedDependency[Ar
     pages = max(1, -(-result.total // PER_PAGE))
     return render("cards.html", person, cards=result.cards, total=result.total, page=page,
                   pages=pages, q=q or "", family=family or "", families=models.FAMILIES,
-                  deleted=deleted)
+                  deleted=deleted, evaluation=await latest_summary(archive, person))
 
 
 @get("/workspaces/{workspace_id:str}/cards.json", dependencies=DEPS)

@@ -114,6 +114,13 @@ class Urls:
         return f"{self.base}/sessions/{quote(session_id, safe='')}" + (
             f"?{urlencode(q)}" if q else "")
 
+    def evaluations(self, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/evaluations" + (f"?{urlencode(q)}" if q else "")
+
+    def evaluation(self, run_id: str) -> str:
+        return f"{self.base}/evaluations/{quote(run_id, safe='')}"
+
 
 def sessions(request: Request) -> BrowserSessions:
     """The browser sessions over the process's database."""
