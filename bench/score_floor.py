@@ -5,7 +5,7 @@ and what it marks, chosen on one half of the cases and measured on the other.
    Qdrant Edge); the workspace's derived cases (:func:`shared.evaluation.cases.gather`, with
    their leave-one-out) recalled once each (top 10) through :func:`shared.recall.verified.recall`.
 2. The cases split in two by a hash of their key: the floor of each mode is chosen on the
-   ``tune`` half with :func:`shared.evaluation.floor.choose` (the run's rule), and measured on
+   ``tune`` half with :func:`shared.recall.floor.choose` (the run's rule), and measured on
    the ``held`` half: the share of its expected cards in the top 5 that lie below the floor
    (the cost), r@1 / r@5 with and without ``min_score`` = the floor (results below it left
    out, the ranks of the others moved up), and the share of the other top-5 cards it marks.
@@ -39,7 +39,7 @@ from shared.auth import Principal  # noqa: E402
 from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.evaluation.cases import gather  # noqa: E402
 from shared.evaluation.figures import case_rank  # noqa: E402
-from shared.evaluation.floor import TOP_RESULTS, choose  # noqa: E402
+from shared.recall.floor import TOP_RESULTS, choose  # noqa: E402
 from shared.models import SearchRequest, card_id_str  # noqa: E402
 from shared.recall.verified import recall  # noqa: E402
 

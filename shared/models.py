@@ -302,7 +302,7 @@ class SearchRequest(msgspec.Struct, forbid_unknown_fields=True):
     as bridges in link expansion (DESIGN §5). ``min_score``: leave out results whose
     ``similarity`` is below this cosine similarity (-1..1), or below the workspace's floor for
     the mode with ``"floor"`` (none known: nothing is left out); see
-    :mod:`shared.evaluation.floor`."""
+    :mod:`shared.recall.floor`."""
 
     query: Annotated[str, Meta(min_length=1, max_length=MAX_QUERY)]
     top: Annotated[int, Meta(ge=1, le=MAX_TOP)] = 10
@@ -336,7 +336,7 @@ class RecallResult(msgspec.Struct):
     vectors that the mode searches, or, for a card reached through a link, that of the card
     it was reached from when higher (None: the card has none of those vectors);
     ``below_floor``: the similarity is below the workspace's floor for the mode, under which
-    an evaluation almost never found an expected card (:mod:`shared.evaluation.floor`)."""
+    an evaluation almost never found an expected card (:mod:`shared.recall.floor`)."""
 
     card: Card
     score: float

@@ -398,7 +398,7 @@ async def test_a_run_chooses_a_similarity_floor_that_recall_marks_and_min_score_
     chooses one per mode (here from at least 20 expected cards: the superhero subset has 52
     solved questions, fewer than the default 50 in the other modes); recall then marks the
     results under it, ``min_score`` leaves them out, and a run of another model gives none."""
-    from shared.evaluation import floor as similarity_floor
+    from shared.recall import floor as similarity_floor
 
     monkeypatch.setattr(similarity_floor, "MIN_EXPECTED", 20)
     async with make_env() as env:

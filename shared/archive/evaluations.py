@@ -50,7 +50,7 @@ class EvaluationMiss(msgspec.Struct):
 
 
 class EvaluationFloor(msgspec.Struct, kw_only=True):
-    """The similarity floor a run chose for one mode (:mod:`shared.evaluation.floor`): the
+    """The similarity floor a run chose for one mode (:mod:`shared.recall.floor`): the
     ``floor`` (a cosine similarity; None with fewer than 50 expected cards), the expected and
     other cards' similarities it was chosen from (those in each case's top 5), how many of each
     lie below it, and the ``quantile`` it was chosen at."""

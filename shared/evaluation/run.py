@@ -17,7 +17,7 @@ workspace's language, the projection format, the fusion profiles (and their dige
 or None for "not in the top 100", and up to :data:`ABOVE` cards ranked above it), every case's
 rank (the next run's paired comparison), the paired tests against the previous finished run, and
 whether one of them is a regression, and the similarity floor of each mode
-(:mod:`shared.evaluation.floor`, from the similarities of each case's first recall). An
+(:mod:`shared.recall.floor`, from the similarities of each case's first recall). An
 activity record ``evaluate`` says ``ok`` or ``regression`` (with the figures that regressed).
 """
 
@@ -37,7 +37,7 @@ import msgspec
 from shared import models
 from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict
-from shared.evaluation import floor as similarity_floor
+from shared.recall import floor as similarity_floor
 from shared.evaluation.cases import Case, gather
 from shared.evaluation.figures import case_rank, compare, figures
 from shared.index.embedding import Embedder

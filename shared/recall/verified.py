@@ -52,7 +52,7 @@ from shared.index.engine import (BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25, Hit,
                                  IndexFilter, IndexTarget, VectorLayout)
 from shared.models import (ExpansionSummary, RecallResponse, RecallResult, Retrieval,
                            SearchRequest, card_id_str)
-from shared.evaluation import floor as similarity_floor
+from shared.recall import floor as similarity_floor
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.recall.eligibility import CandidateRow, build_filter, eligible
 from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links

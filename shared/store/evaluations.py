@@ -143,7 +143,7 @@ async def latest_done(conn: AsyncConnection) -> dict[str, Any] | None:
 
 async def floors(conn: AsyncConnection, fmt: int) -> dict[str, Any] | None:
     """The newest finished run's ``{fingerprint, floors}`` in projection format ``fmt`` (not a
-    shadow candidate's; ``floors`` as :func:`shared.evaluation.floor.choose` made them, None for
+    shadow candidate's; ``floors`` as :func:`shared.recall.floor.choose` made them, None for
     a run made before floors), or None when the workspace has no such run."""
     return await (await conn.execute(Q.evaluations_floors, {"format": fmt})).fetchone()
 

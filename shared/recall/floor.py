@@ -2,9 +2,9 @@
 evaluation run almost never found an expected card, so that a caller can tell "no card
 applies" from a weak hit.
 
-Why a similarity and not the result's ``score``: the score is rank-based (reciprocal rank fusion
-and link decay, :mod:`shared.recall.verified`), so the first result of any query scores the same
-whether it fits or not. A result's ``similarity`` is absolute: the strongest cosine similarity
+Why a similarity and not the result's ``score``: the score is relative to one query (the fusion
+of its branches and link decay, :mod:`shared.recall.verified`), so the first result of any query
+scores the same whether it fits or not. A result's ``similarity`` is absolute: the strongest cosine similarity
 between the query's dense vector and the card's dense vectors that the mode searches (those
 of the fused branches; a card that no dense branch ranked is looked up by id), and, for a card
 reached through a link, that of the card it was reached from when it is higher (a rule that a
