@@ -322,7 +322,10 @@ async def live_writer(make_env: Callable[..., Any], monkeypatch: pytest.MonkeyPa
                       ) -> AsyncIterator[Env]:
     """An archive (``make_env(**settings)``) with workspace ``acme`` whose writer serves on
     loopback, and ``MEMARC_URL`` / ``MEMARC_TOKEN`` set for the CLI (a token of ``acme`` with
-    ``permissions``, default ``memory.manage``); the server stops on the way out."""
+    ``permissions``, default ``memory.manage``), and ``MEMARC_STATE_DIR`` (the summaries
+    ``memarc summary`` remembers) a folder of its own; the server stops on the way out."""
+    import tempfile
+
     from writer.app import create_app
 
     async with make_env(**(settings or {})) as env:
@@ -331,7 +334,9 @@ async def live_writer(make_env: Callable[..., Any], monkeypatch: pytest.MonkeyPa
         server, task, url = await start_server(create_app(env.settings, env.resources))
         monkeypatch.setenv("MEMARC_URL", url)
         monkeypatch.setenv("MEMARC_TOKEN", token)
-        try:
-            yield env
-        finally:
-            await stop_server(server, task)
+        with tempfile.TemporaryDirectory(prefix="memarc-state-") as state:
+            monkeypatch.setenv("MEMARC_STATE_DIR", state)
+            try:
+                yield env
+            finally:
+                await stop_server(server, task)

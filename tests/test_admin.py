@@ -156,6 +156,56 @@ async def test_a_one_time_sign_in_link_signs_in_once(make_env):
         assert r.status_code == 401 and "used already" in r.text
 
 
+async def test_a_post_from_another_site_is_403_even_with_a_valid_csrf_token(make_env):
+    """Issue 36: a state-changing request whose Origin (or, without one, Referer) names another
+    site is refused with a page saying so, nothing written, though its CSRF token is valid; the
+    same origin, the public address of MEMARC_ADMIN_URL (a reverse proxy's), and a request
+    with neither header (non-browser clients, privacy settings) pass."""
+    async with make_env(admin_url="https://memarc.example.org/admin") as env:
+        env.workspace("acme")
+        await sign_in(env, env.token("acme"))
+        token = await csrf(env.client, f"{ADMIN}/cards/new")
+        before = counts(env)
+        for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"},
+                        {"Origin": "http://memarc.test:8080"},
+                        {"Origin": "http://memarc.example.org"},
+                        {"Referer": "https://evil.example/page"}):
+            r = await env.client.post(f"{ADMIN}/cards/new", headers=headers,
+                                      data={**card_form("Forged"), "_csrf_token": token})
+            assert r.status_code == 403, (headers, r.status_code)
+            assert "sent from another site" in r.text and "Nothing was saved" in r.text, headers
+        r = await env.client.post("/admin/sign-in", headers={"Origin": "https://evil.example"},
+                                  data={"token": "mat_x", "_csrf_token": token})
+        assert r.status_code == 403  # a forged sign-in (login CSRF) too
+        assert row_changes(before, counts(env)) == {}
+        for n, headers in enumerate(({"Origin": "http://memarc.test"},
+                                     {"Origin": "https://memarc.example.org"},
+                                     {"Referer": f"http://memarc.test{ADMIN}/cards/new"},
+                                     {})):
+            r = await env.client.post(f"{ADMIN}/cards/new", headers=headers,
+                                      data={**card_form(f"Made {n}"), "_csrf_token": token})
+            assert r.status_code == 303, (headers, r.status_code, r.text[:300])
+
+
+async def test_a_post_refused_with_401_keeps_a_valid_session_and_its_cookie(make_env):
+    """Issue 36: a form sent to another workspace than the session's is a 401 sign-in page;
+    the session stays valid server-side, so the browser keeps its cookie (only sign-out, which
+    ends the session, deletes it)."""
+    async with make_env() as env:
+        env.workspace("acme")
+        env.workspace("beta")
+        await sign_in(env, env.token("acme"))
+        token = await csrf(env.client, f"{ADMIN}/cards/new")
+        r = await env.client.post("/admin/workspaces/beta/cards/new",
+                                  data={**card_form("Elsewhere"), "_csrf_token": token})
+        assert r.status_code == 401 and "not 'beta'" in r.text.replace("&#39;", "'")
+        assert "memarc_admin" not in r.headers.get("set-cookie", "")
+        assert (await env.client.get(f"{ADMIN}/cards")).status_code == 200  # still signed in
+        r = await env.client.post("/admin/sign-out", data={"_csrf_token": token})
+        assert r.status_code == 303 and "memarc_admin" in r.headers.get("set-cookie", "")
+        assert (await env.client.get(f"{ADMIN}/cards")).status_code == 303  # ended
+
+
 async def test_a_post_without_the_csrf_token_is_403_and_writes_nothing(make_env):
     async with make_env() as env:
         env.workspace("acme")

@@ -216,3 +216,24 @@ async def test_a_second_tab_after_the_review_gets_that_receipt_and_writes_nothin
         assert "this session was reviewed meanwhile" in r.text and 'id="receipt"' in r.text
         assert "Sign out" in r.text  # the page keeps the workspace bar
         assert row_changes(applied, counts(env)) == {"activity": 1}  # the refusal, recorded
+
+
+async def test_decline_all_declines_what_the_page_showed_not_a_proposal_stored_since(make_env):
+    """Issue 36: the form carries the version of the summary it shows, so Decline all sent after
+    the assistant proposed once more declines the page's proposals only; the new one stays open
+    and is the next page's."""
+    async with make_env() as env:
+        _, reviewer, _, page = await _reviewing(env)
+        assert re.search(r'name="version" value="[^"]+"', page.text)
+        _, agent, _ = _tokens(env)
+        await _propose(env, agent, "s1", [{"key": "late", "family": "sql_rule",
+                                           "title": "Late rule", "content": {"rule": "Late."},
+                                           "decisions": APPROVED}])
+        r = await post(env, replace(form_of(page.text), "decision", "decline"))
+        assert r.status_code == 303, r.text[:500]
+        r = await env.client.get("/api/workspaces/acme/sessions/s1/summary", headers=reviewer)
+        decided = {i["key"]: i.get("reviewed") for i in r.json()["proposals"]}
+        assert decided.pop("late") is None and set(decided.values()) == {"declined"}, decided
+        nxt = await env.client.get(f"{ADMIN}/sessions/s1")
+        assert nxt.status_code == 200 and 'id="review-form"' in nxt.text
+        assert [n for n, _ in form_of(nxt.text) if n.endswith("-keep")] == ["p3-keep"]

@@ -11,7 +11,9 @@ fails here with its name.
   client command);
 - every route and method of the writer app is in ``docs/http-api.md`` as `` `METHOD /path` ``;
 - every ``DESIGN §n`` the code cites (``§5 step 3`` is ``§5.3``) has its heading in
-  ``docs/design.md``.
+  ``docs/design.md``;
+- ``bench/`` holds what reproduces a figure (issue 36): no patch files, and every script is
+  named in ``bench/README.md`` with its command.
 
 No service is needed: the app is built as ``tests/test_limits.py`` builds it for its OpenAPI
 document (``create_app(load_settings({}))``), which connects to nothing.
@@ -226,3 +228,27 @@ def test_every_cited_design_section_has_its_heading():
 
 def test_the_design_chapter_says_what_design_means():
     assert re.search(r'"DESIGN §n" means\s+section §n of this chapter', doc("design.md"))
+
+
+# ---- bench/ ----
+
+#: bench modules that are no scripts: the package and the scripts' shared helper
+BENCH_HELPERS = {"__init__.py", "_archive.py"}
+#: scripts whose README section is being written elsewhere: ``evaluation_load.py``'s figure
+#: goes into "Recall evaluation", which issue 34's follow-up edits
+BENCH_PENDING = {"evaluation_load.py"}
+
+
+def test_bench_holds_what_reproduces_a_figure_with_its_command():
+    """Issue 36: a dropped experiment is a paragraph of bench/README's "Tried and dropped"
+    naming the commit to ``git show``, not a patch or a script left in the folder; every script
+    in ``bench/`` is run by a command line of bench/README.md."""
+    bench = ROOT / "bench"
+    assert sorted(str(p.relative_to(ROOT)) for p in bench.rglob("*.patch")) == []
+    readme = (bench / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in bench.glob("*.py"))
+    unnamed = [name for name in scripts if name not in BENCH_HELPERS | BENCH_PENDING
+               and not re.search(rf"\.venv/bin/python bench/{re.escape(name)}\b", readme)]
+    assert unnamed == []
+    assert "## Tried and dropped" in readme
+

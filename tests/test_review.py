@@ -73,6 +73,62 @@ async def test_cli_sessions_lists_the_sessions_to_review(make_env, monkeypatch, 
         assert code == 2 and json.loads(err)["code"] == "not_found", err
 
 
+async def test_cli_review_apply_carries_the_version_memarc_summary_showed(
+        make_env, monkeypatch, capsys, tmp_path):
+    """Issue 36: ``memarc summary`` shows the summary's version and remembers it;
+    ``review-apply`` sends it without the reviewer copying it, so a Decline all written by hand
+    declines what the summary showed. A proposal stored since the reviewer looked makes it
+    refuse (nothing sent) and say which; ``--version`` reviews what was seen, leaving the new
+    one open. With no summary looked at, a decline_all is the API's 428 with a hint."""
+    async with live_writer(make_env, monkeypatch, "memory.review") as env:
+        agent = env.token("acme", "memory.propose")
+        where = ("--workspace", "acme", "--session", "s-cli")
+        review = tmp_path / "review.json"
+        review.write_text(json.dumps({"review_id": "rv-all", "decline_all": True}))
+        await _propose(env, agent, "s-cli", [active_def()])
+        code, _, err = await run_cli(capsys, "review-apply", *where, "--data", str(review))
+        problem = json.loads(err)
+        assert code == 2 and problem["code"] == "summary_version_required", err
+        assert "memarc summary" in problem["hint"]
+        code, out, err = await run_cli(capsys, "summary", *where)
+        assert code == 0 and out["version"], err
+        seen = out["version"]
+        await _propose(env, agent, "s-cli", [RULE])  # stored after the reviewer looked
+        code, _, err = await run_cli(capsys, "review-apply", *where, "--data", str(review))
+        problem = json.loads(err)
+        assert code == 2 and problem["code"] == "summary_changed", err
+        assert (problem["seen_version"], problem["stored_since"]) == (seen, ["rule"])
+        assert f"--version {seen}" in problem["error"]
+        assert env.scalar("SELECT count(*) FROM memory.review_receipts") == 0
+        code, out, err = await run_cli(capsys, "review-apply", *where, "--data", str(review),
+                                       "--version", seen)
+        assert code == 0, err
+        assert out["declined"] == ["active"] and out["open"] == ["rule"]
+        assert out["reviewed_on"] == {"version": seen, "from": "--version"}
+        # the next review: the summary looked at again, its version carried
+        code, out, err = await run_cli(capsys, "summary", *where)
+        assert [p["key"] for p in out["proposals"] if p.get("reviewed") is None] == ["rule"]
+        shown = out["version"]
+        review.write_text(json.dumps({"review_id": "rv-rule", "selected": [{"key": "rule"}]}))
+        code, out, err = await run_cli(capsys, "review-apply", *where, "--data", str(review))
+        assert code == 0, err
+        assert out["reviewed_on"] == {"version": shown, "from": "memarc summary"}
+        assert [i["key"] for i in out["items"]] == ["rule"] and out["open"] == []
+        # the same review again (a lost answer): the API's replay of the same request
+        code, again, err = await run_cli(capsys, "review-apply", *where, "--data", str(review))
+        assert code == 0 and again == out, err
+        # a new review on the summary seen before that review: look again
+        review.write_text(json.dumps({"review_id": "rv-new", "selected": [{"key": "rule"}]}))
+        code, _, err = await run_cli(capsys, "review-apply", *where, "--data", str(review))
+        problem = json.loads(err)
+        assert code == 2 and problem["code"] == "summary_changed", err
+        assert problem["no_longer_open"] == ["rule"]
+        review.write_text(json.dumps({"review_id": "rv-x", "version": "1-a", "decline_all": True}))
+        code, _, err = await run_cli(capsys, "review-apply", *where, "--data", str(review),
+                                     "--version", "1-b")
+        assert code == 2 and json.loads(err)["code"] == "bad_input" and "differ" in err
+
+
 # ---- a review bound to the summary it was made on (issue 25, case 6) ----
 
 async def _summary(env, h, session="s6"):

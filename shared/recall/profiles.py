@@ -18,17 +18,18 @@ the tuning data for every mode.
   r@5 / all r@5 without lowering the other), so the profile stays (``bench/README.md``). A
   projection with one vector per linking question (an ``exemplars`` multi-vector, MaxSim), fused
   or given a reserved rank, was measured the same way and dropped: no variant raised TUNE
-  shared-clause r@5 without lowering all pairs (``bench/patches/format5_exemplars.patch``).
+  shared-clause r@5 without lowering all pairs (``bench/README.md``, "Tried and dropped"; the
+  code: ``git show 2ba7f62:bench/patches/format5_exemplars.patch``).
 - ``rules`` (projection format 4): the key vectors and the card's own text (``own``,
   ``own_bm25``: without the questions of the linking solved cards, which dilute a rule's words
   for a request that did not come through them), own dense weighted highest; chosen on BIRD
   clause recall's TUNE databases with ``bench/tune_rules_profile.py`` (31 candidates in two
   rounds; the peers' DBSF and RRF of format 2's text were candidates too). Issue 27 searched
-  62,401 candidates (``bench/tune_rules_sets.py``) for the worst case over five rule sets of
-  other kinds (``bench/rule_sets_data.py``); the best, DBSF with per-query confidence weighting
-  ``c = 2`` of key_bm25 .25 / own 1.5 / own_bm25 1, was not adopted: one query short of a single
-  branch at r@1 on three REPORT checks, and 0.03-0.05 lower r@1 on the clause pairs
-  (``bench/README.md``, "Rules recall (issue 27)").
+  62,401 candidates (``git show feb0c8a:bench/tune_rules_sets.py``) for the worst case over
+  rule sets of other kinds (``feb0c8a:bench/rule_sets_data.py``); the best, DBSF with per-query
+  confidence weighting ``c = 2`` of key_bm25 .25 / own 1.5 / own_bm25 1, was not adopted: one
+  query short of a single branch at r@1 on three REPORT checks, and 0.03-0.05 lower r@1 on the
+  clause pairs (``bench/README.md``, "Tried and dropped").
 """
 
 from __future__ import annotations

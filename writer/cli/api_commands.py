@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from shared.models import ON_CONFLICT, SORTS, Filters
+from writer.cli import seen_summaries
 from writer.cli.binding import WORKFLOW_BINDING, bind_context, workflow_binding
 from writer.cli.client import ApiClient, memory_path, session_path
 from writer.cli.command import (Argument, CliError, add_arguments, add_command, arg,
@@ -152,16 +153,6 @@ API_CALLS: dict[str, ApiCall] = {call.name: call for call in (
                  help="open (default: not reviewed yet), reviewed or all"),
              arg("--limit", type=int, default=100, help="at most this many (default 100)")),
             query=("status", "limit")),
-    ApiCall("summary",
-            "Show a session's proposals as one reviewable document (diffs, stale items).",
-            "GET", "{session}/summary", (SESSION,)),
-    ApiCall("review-apply",
-            "Apply a review of a session (idempotent by review_id) from a JSON file.",
-            "POST", "{session}/review",
-            (SESSION, arg("--data", required=True,
-                          help="JSON file: {review_id, selected: [{key, edits?}]} or "
-                               "{review_id, decline_all: true} ('-' = stdin)")),
-            body=_as_is),
 )}
 
 
@@ -667,6 +658,107 @@ def configure_search_parsers(subparsers: argparse._SubParsersAction) -> None:
             sp.add_argument("--family", action="append", help="narrow to these families")
 
 
+# ---- summary and review-apply: a review carries the version of the summary seen (issue 36) ----
+
+def summary_command(args: argparse.Namespace) -> Any:
+    """The session's summary as the API answers it (``GET …/summary``, its ``version`` among
+    its fields), remembered as the one this person saw (:mod:`writer.cli.seen_summaries`) for
+    ``review-apply``."""
+    api = ApiClient()
+    summary = api.call("GET", f"{session_path(args.workspace, args.session)}/summary")
+    if isinstance(summary, dict):
+        seen_summaries.remember(api.url, args.workspace, args.session, summary)
+    return summary
+
+
+def configure_summary_parser(subparsers: argparse._SubParsersAction) -> None:
+    s = add_command(subparsers, "summary", "Show a session's proposals as one reviewable "
+                    "document (diffs, stale items, its version); review-apply reviews on it.",
+                    summary_command, workspace=True)
+    add_arguments(s, SESSION)
+
+
+def _unchanged_since(api: ApiClient, path: str, seen: seen_summaries.Seen,
+                     review_id: Any) -> None:
+    """Nothing when the session's summary is still the one ``seen``, or when it holds the
+    receipt of ``review_id`` already (a repeated delivery: the API answers that receipt).
+
+    :raises CliError: ``summary_changed``, it changed since (proposals stored since, or shown
+        then and decided or erased since), naming them; nothing is sent.
+    """
+    now = api.call("GET", f"{path}/summary")
+    if now.get("version") == seen.version or any(
+            r.get("review_id") == review_id for r in now.get("reviews") or ()):
+        return
+    still = seen_summaries.open_keys(now)
+    new = [k for k in still if k not in seen.open]
+    gone = [k for k in seen.open if k not in still]
+    raise CliError({
+        "error": f"the session's summary changed since `memarc summary` showed it (version "
+                 f"{seen.version}, now {now.get('version')}): nothing was sent. Look at it "
+                 f"again with `memarc summary`, then review; or, to review what you saw and "
+                 f"leave the proposals stored since open, pass --version {seen.version}",
+        "code": "summary_changed", "seen_version": seen.version,
+        "version": now.get("version"), "stored_since": new, "no_longer_open": gone})
+
+
+def review_command(args: argparse.Namespace) -> Any:
+    """Apply the review in the ``--data`` file bound to the summary its reviewer saw: the
+    version of ``--version``, else the file's ``version``, else the one ``memarc summary``
+    last showed for this session (first checked against the summary now). Returns the receipt
+    with ``reviewed_on: {version, from}`` (``from``: ``--version``, ``file``, ``memarc
+    summary``, or ``none``: no version, so the API decides the proposals up to the newest one
+    selected and leaves the later ones open).
+
+    :raises CliError: ``bad_input``, the file is not a JSON object, or its version and
+        ``--version`` differ; ``summary_changed``, the summary changed since ``memarc
+        summary`` showed it (:func:`_unchanged_since`); the API's errors (a ``decline_all``
+        with no version from anywhere: ``summary_version_required``, with a ``hint``).
+    """
+    api = ApiClient()
+    path = session_path(args.workspace, args.session)
+    body = read_json_file(args.data)
+    if not isinstance(body, dict):
+        raise CliError({"error": "the review file must be a JSON object {review_id, ...}",
+                        "code": "bad_input"})
+    in_file = body.get("version")
+    if args.version and in_file and args.version != in_file:
+        raise CliError({"error": f"--version {args.version!r} and the file's version "
+                                 f"{in_file!r} differ: give one", "code": "bad_input"})
+    version, source = ((args.version, "--version") if args.version
+                       else (in_file, "file") if in_file else (None, "none"))
+    if version is None:
+        seen = seen_summaries.recall(api.url, args.workspace, args.session)
+        if seen is not None:
+            _unchanged_since(api, path, seen, body.get("review_id"))
+            version, source = seen.version, "memarc summary"
+    if version is not None:
+        body["version"] = version
+    try:
+        receipt = api.call("POST", f"{path}/review", json=body)
+    except CliError as exc:
+        if exc.payload.get("code") == "summary_version_required":  # a decline_all
+            exc.payload["hint"] = ("run `memarc summary` for this session first: review-apply "
+                                   "then sends the version it showed (or pass --version)")
+        raise
+    if isinstance(receipt, dict):
+        receipt["reviewed_on"] = {"version": version, "from": source}
+    return receipt
+
+
+def configure_review_parser(subparsers: argparse._SubParsersAction) -> None:
+    r = add_command(subparsers, "review-apply",
+                    "Apply a review of a session (idempotent by review_id) from a JSON file, "
+                    "on the summary version `memarc summary` showed.", review_command,
+                    workspace=True)
+    add_arguments(r, SESSION,
+                  arg("--data", required=True,
+                      help="JSON file: {review_id, selected: [{key, edits?}]} or "
+                           "{review_id, decline_all: true} ('-' = stdin)"),
+                  arg("--version", help="the summary version the review was made on (default: "
+                                        "the file's, else the one `memarc summary` showed)"))
+
+
 def solved_index_command(args: argparse.Namespace) -> Any:
     """Re-queue the projection a session's review receipt records (``POST
     .../sessions/{s}/solved-index``); the session is the positional ``SESSION`` or ``--session``.
@@ -733,7 +825,7 @@ PARSERS = (
     API_CALLS["eval-case-delete"].configure, configure_import_parser,
     configure_export_parser,
     configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["sessions"].configure,
-    API_CALLS["summary"].configure,
-    API_CALLS["review-apply"].configure, configure_solved_index_parser,
+    configure_summary_parser,
+    configure_review_parser, configure_solved_index_parser,
     configure_session_parser, configure_schema_cleanup_parser,
 )

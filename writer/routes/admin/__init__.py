@@ -4,7 +4,8 @@ Server-rendered pages (Jinja, autoescape on) whose forms work without JavaScript
 use cases as the JSON routes (:class:`shared.archive.cards.Archive`), so permissions, workspace
 serialization, the outbox and the activity log apply unchanged. A person signs in once with a
 token (:mod:`.auth`); every state-changing request carries Litestar's CSRF token (the JSON API
-and ``/mcp``, authenticated by bearer tokens, are excluded).
+and ``/mcp``, authenticated by bearer tokens, are excluded) and is refused when its ``Origin``
+or ``Referer`` names another site (:func:`.pages.same_origin`).
 
 :class:`AdminPlugin` adds all of it to the app in one place: the routes under ``/admin``, the
 template engine, the CSRF configuration and the stylesheet shared with the explorer.
@@ -26,7 +27,7 @@ from litestar.template import TemplateConfig
 
 from shared.config import Settings
 from writer.routes.admin import auth, cards, evaluations, pending, review, schema_changes
-from writer.routes.admin.pages import EXCEPTION_HANDLERS, PREFIX
+from writer.routes.admin.pages import EXCEPTION_HANDLERS, PREFIX, same_origin
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATES = ROOT / "writer" / "templates"
@@ -56,8 +57,8 @@ class AdminPlugin(InitPlugin):
             PREFIX, route_handlers=[*auth.HANDLERS, *cards.HANDLERS, *pending.HANDLERS,
                                     *review.HANDLERS, *schema_changes.HANDLERS,
                                     *evaluations.HANDLERS],
-            exception_handlers=EXCEPTION_HANDLERS, include_in_schema=False,
-            opt={"activity": None}))
+            exception_handlers=EXCEPTION_HANDLERS, guards=[same_origin],
+            include_in_schema=False, opt={"activity": None}))
         app_config.route_handlers.append(create_static_files_router(
             f"{PREFIX}/static", directories=[EXPLORER_STATIC, WRITER_STATIC, *_datasette_static()],
             include_in_schema=False, opt={"activity": None}))
@@ -69,6 +70,7 @@ class AdminPlugin(InitPlugin):
             cookie_samesite="strict", exclude=CSRF_EXCLUDE)
         app_config.state.admin_session_hours = self.settings.admin_session_hours
         app_config.state.explorer_url = self.settings.explorer_url
+        app_config.state.admin_url = self.settings.admin_url  # its origin may send forms
         return app_config
 
 

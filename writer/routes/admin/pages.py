@@ -4,13 +4,15 @@ pages (one table of exception handlers)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from litestar import Request, Response
+from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect, Template
 
@@ -28,6 +30,54 @@ T = TypeVar("T")
 PREFIX = "/admin"
 #: the session cookie: HttpOnly, SameSite=Strict, path /admin, Secure over https
 COOKIE = "memarc_admin"
+
+
+class CrossSiteRequest(Exception):
+    """A state-changing request whose ``Origin`` (or, without one, ``Referer``) names another
+    site than the administration's."""
+
+    def __init__(self, header: str, value: str) -> None:
+        super().__init__(f"{header} {value!r} is not this site")
+        self.header, self.value = header, value
+
+
+#: Methods that change nothing: no origin check.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def web_origin(url: str) -> str | None:
+    """``scheme://host:port`` of an http(s) URL (the default port written out, the host in
+    lower case); None for anything else (``null``, another scheme, no host)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return f"{parts.scheme}://{parts.hostname}:{port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def same_origin(connection: ASGIConnection, _handler: Any) -> None:
+    """Guard of every administration route (issue 36): a POST whose ``Origin`` header, or
+    without one its ``Referer``, names another origin than the request's own (its scheme and
+    ``Host``, as the proxy forwards them) or ``MEMARC_ADMIN_URL``'s is refused, a second wall
+    behind the CSRF token and the SameSite=Strict cookies. A request with neither header passes
+    (non-browser clients and some privacy settings send neither); ``Origin: null`` does not.
+
+    :raises CrossSiteRequest: the request came from another site.
+    """
+    if connection.method in SAFE_METHODS:
+        return
+    header, value = "Origin", connection.headers.get("origin")
+    if value is None:
+        header, value = "Referer", connection.headers.get("referer")
+        if not value:
+            return
+    allowed = {web_origin(str(connection.base_url)),
+               web_origin(getattr(connection.app.state, "admin_url", None) or "")} - {None}
+    if web_origin(value) not in allowed:
+        raise CrossSiteRequest(header, value)
 
 
 class SignInRequired(Exception):
@@ -192,9 +242,22 @@ def _sign_in_required(request: Request, exc: SignInRequired) -> Response:
         if local_next(request.url.path):
             query["next"] = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return see_other(f"{PREFIX}/sign-in?{urlencode(query)}")
-    response = render("sign_in.html", None, status=401, error=exc.message, next=None)
-    response.delete_cookie(COOKIE, path=PREFIX)
-    return response
+    # the cookie stays: a session that ended is worthless anyway, and one that is still valid
+    # (signed in to another workspace than the form's) stays the person's; only sign-out, which
+    # ends the session server-side, deletes it (and a new sign-in replaces it)
+    return render("sign_in.html", None, status=401, error=exc.message, next=None)
+
+
+def _cross_site(request: Request, exc: CrossSiteRequest) -> Response:
+    log.warning("cross-site %s %s refused: %s %s", request.method, request.url.path,
+                exc.header, json.dumps(exc.value[:200]))
+    return render("error.html", _person_of(request), status=403, title="Nothing was changed",
+                  message="This form was sent from another site than this administration "
+                          f"(its {exc.header} header names {exc.value[:200]}), so it was "
+                          "refused. Nothing was saved. If you sent it from these pages, open "
+                          "them at the address the administrator gave you and try again; "
+                          "behind a reverse proxy, the administrator sets MEMARC_ADMIN_URL "
+                          "to the public address.", code="cross_site")
 
 
 def _archive_error(request: Request, exc: ArchiveError) -> Response:
@@ -233,6 +296,7 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {
     SignInRequired: _sign_in_required,
+    CrossSiteRequest: _cross_site,
     ArchiveError: _archive_error,
     HTTPException: _http_error,
 }
