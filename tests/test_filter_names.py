@@ -28,10 +28,11 @@ RECALL_FILTERS = {"family", "scope", "concepts", "database", "schema", "table", 
 LIST_CONTROLS = {"api": {"sort", "desc", "page", "per_page"},
                  "explorer": {"_sort", "_sort_desc", "_size", "_page"},
                  "cli": {"workspace", "config", "json", "filters", "sort", "desc", "page", "per_page"}}
-RECALL_CONTROLS = {"api": {"query", "top", "mode", "exclude", "session", "filters"},
+RECALL_CONTROLS = {"api": {"query", "top", "mode", "exclude", "session", "filters", "min_score"},
                    "explorer": {"q", "mode", "top"},
-                   "cli": {"workspace", "config", "json", "query", "top", "exclude", "session", "filters"},
-                   "mcp": {"query", "top", "exclude", "session", "filters"}}
+                   "cli": {"workspace", "config", "json", "query", "top", "exclude", "session",
+                           "filters", "min_score"},
+                   "mcp": {"query", "top", "exclude", "session", "filters", "min_score"}}
 
 
 def _properties(schema: dict[str, Any], defs: dict[str, Any], name: str) -> set[str]:

@@ -237,6 +237,9 @@ class RecordingEmbedder:
     def layout(self, language: str, model=None):
         return self.inner.layout(language, model=model)
 
+    def fingerprint(self, language: str, model=None) -> str:
+        return self.inner.fingerprint(language, model)
+
     async def embed_texts(self, dense_texts: list[str], sparse_texts: list[str], language: str,
                           model=None):
         self.documents.extend(dict.fromkeys([*dense_texts, *sparse_texts]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgspec
 import psycopg
 import pytest
 from admin_helpers import seed_admin_rows
@@ -81,7 +82,11 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
 
 async def two_workspaces(env, monkeypatch):
     """Workspaces acme and other, seeded (:func:`seed`), and the environment of the bootstrap
-    commands; returns their headers."""
+    commands; returns their headers. The worker queues no evaluation of its own
+    (``MEMARC_EVAL_EVERY_HOURS=0``: the seed's rebuild finishing after its evaluation would make
+    one due at a later drain, a row of ``other`` the removal did not write); the seed's own run
+    is the API's."""
+    env.resources.settings = msgspec.structs.replace(env.resources.settings, eval_every_hours=0.0)
     monkeypatch.setenv("MEMARC_DATABASE_URL", env.settings.database_url)
     monkeypatch.setenv("MEMARC_MIGRATOR_DATABASE_URL", env.migrator_url)
     return await seed(env, "acme"), await seed(env, "other")

@@ -20,8 +20,10 @@ Two sources:
     those branches with the scores of its own-text vectors (``own``, ``own_bm25``: the same
     text without any linked question), while every other card keeps its expanded vectors. This
     is stricter than a new question meets (the other linking questions, left out too, would
-    still help it), so derived ``search`` figures are a lower bound. ``rules`` mode searches no
-    vector with linked questions: nothing to leave out.
+    still help it), so derived ``search`` figures are a lower bound. The stand-in holds in every
+    mode: the production ``rules`` profile fuses no vector with linked questions (nothing changes
+    for it), but a profile that does (a peer's ``dense``/``bm25``, or a future one) is measured
+    without the case's own question too.
 
 - **curated**: cases people write (``memory.manage``: API, CLI, administration), stored in
   ``eval_cases`` (migration 024): a question, a mode, optional filters and one to 20 expected
@@ -156,8 +158,9 @@ def derived_cases(rows: list[dict[str, Any]]) -> list[Case]:
             mode = LINKED_MODE.get(family)
             if mode is None:  # a link to another solved question: not a rule to recall
                 continue
-            swap = ({target: {DENSE: OWN, BM25: OWN_BM25}}
-                    if family in EXPANDED_FAMILIES and mode == "search" else {})
+            # in every mode: a profile that fuses ``dense``/``bm25`` (search; a peer's or a
+            # future profile in rules mode) must not find the card by this very question
+            swap = {target: {DENSE: OWN, BM25: OWN_BM25}} if family in EXPANDED_FAMILIES else {}
             out.append(Case(key=f"linked:{card_id_str(cid)}:{card_id_str(target)}",
                             source="derived", kind="linked", question=question, mode=mode,
                             filters=flt, expected=(target,), stand_in=swap))

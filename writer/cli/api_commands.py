@@ -611,6 +611,8 @@ def search_command(args: argparse.Namespace, mode: str) -> Any:
         body["exclude"] = args.exclude
     if args.session is not None:  # an empty one is sent, and refused: never recall outside it
         body["session"] = args.session
+    if args.min_score is not None:
+        body["min_score"] = args.min_score
     answer = ApiClient().call("POST", memory_path(args.workspace) + "/search", json=body)
     warn_not_indexed(answer, args.workspace)
     return answer
@@ -627,6 +629,19 @@ def warn_not_indexed(answer: Any, workspace: str) -> None:
                                      "this answer cannot include them: `memarc pending`, with "
                                      "a memory.manage or memory.review token, lists them",
                       "not_indexed": waiting}), file=sys.stderr)
+
+
+def min_score(text: str) -> float | str:
+    """``--min-score``'s value: ``floor``, or a number (the API checks its range).
+
+    :raises argparse.ArgumentTypeError: neither.
+    """
+    if text == "floor":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number nor 'floor'") from None
 
 
 #: The recall API's filter names (``filters`` of ``POST …/search``), the keys ``--filters`` takes.
@@ -653,6 +668,10 @@ def configure_search_parsers(subparsers: argparse._SubParsersAction) -> None:
         sp.add_argument("--exclude", action="append", help="card id to leave out (repeatable)")
         sp.add_argument("--session", help="the workflow session: the cards decided in it "
                                           "(`memarc session decide`) are left out")
+        sp.add_argument("--min-score", type=min_score, metavar="S|floor",
+                        help="leave out results whose similarity is below S (-1..1), or below "
+                             "the workspace's floor with 'floor' (an empty answer: no card "
+                             "applies)")
         add_arguments(sp, *WORKFLOW_BINDING)
         if mode == "search":
             sp.add_argument("--family", action="append", help="narrow to these families")
