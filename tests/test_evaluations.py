@@ -274,6 +274,10 @@ async def test_a_run_stopped_with_its_worker_goes_back_to_the_queue(make_env):
     from shared.store import evaluations
 
     async with make_env() as env:
+        # the worker queues no run of its own: one queued by its sweep would be the workspace's
+        # single open run, and the insert below would queue nothing
+        env.resources.settings = msgspec.structs.replace(env.resources.settings,
+                                                         eval_every_hours=0.0)
         h = await _archive(env)
         res = env.resources
         run_id = uuid.uuid4()

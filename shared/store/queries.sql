@@ -1105,7 +1105,7 @@ SELECT 1 AS found FROM eval_cases WHERE id = %(id)s;
 -- name: evaluations_floors
 -- The similarity floors of the workspace's newest finished run in projection format %(format)s
 -- (not a shadow candidate's) with the fingerprint it ran with: what recall marks results against
--- (shared/evaluation/floor.py). Walks eval_runs_recent backwards.
+-- (shared/recall/floor.py). Walks eval_runs_recent backwards.
 SELECT fingerprint, figures -> 'floors' AS floors FROM eval_runs
 WHERE status = 'done' AND candidate IS NULL AND format = %(format)s
 ORDER BY created_at DESC, id DESC LIMIT 1;
