@@ -55,7 +55,9 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
            (SELECT count(*) FROM projections p WHERE p.workspace_id = w.id),
            last.created_at, last.status, last.fingerprint, last.format, last.profile_digest,
            (SELECT max(a.at) FROM activity a WHERE a.workspace_id = w.id AND a.verb = 'import'
-                   AND a.outcome = 'ok'),
+                   AND a.outcome = 'ok'  -- an import that created or changed a card
+                   AND coalesce((a.detail ->> 'created')::int, 0)
+                       + coalesce((a.detail ->> 'updated')::int, 0) > 0),
            (SELECT max(r.finished_at) FROM index_rebuilds r WHERE r.workspace_id = w.id
                    AND r.status = 'done'),
            open.id, CASE WHEN open.status = 'running' THEN open.lease_expires_at END,

@@ -99,8 +99,9 @@ class Conflict(ArchiveError):
 
 
 class NoPreviousIndex(Conflict):
-    """The workspace has no previous index to switch back to or drop (only a shadow switch
-    keeps one, until it is dropped)."""
+    """The workspace has no previous index to switch back to or drop.
+
+    Only a shadow switch keeps one, until it is dropped."""
 
     code = "no_previous_index"
 

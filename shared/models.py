@@ -289,6 +289,12 @@ class ShadowRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     force: bool = False
 
 
+class EmptyRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The body of a ``POST`` that takes no member (``POST …/evaluations``,
+    ``POST …/index/switch-back``): none, or ``{}``; an unknown member is a 400, so a caller
+    that sends one learns it had no effect."""
+
+
 class IndexRequest(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Body of ``POST .../index`` (optional): ``shadow`` makes it a shadow rebuild."""
 

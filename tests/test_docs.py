@@ -234,9 +234,8 @@ def test_the_design_chapter_says_what_design_means():
 
 #: bench modules that are no scripts: the package and the scripts' shared helper
 BENCH_HELPERS = {"__init__.py", "_archive.py"}
-#: scripts whose README section is being written elsewhere: ``evaluation_load.py``'s figure
-#: goes into "Recall evaluation", which issue 34's follow-up edits
-BENCH_PENDING = {"evaluation_load.py"}
+#: scripts whose README section is being written elsewhere (none now)
+BENCH_PENDING: set[str] = set()
 
 
 def test_bench_holds_what_reproduces_a_figure_with_its_command():

@@ -155,7 +155,24 @@ async def test_curated_cases_are_validated_and_isolated(make_env):
                     {**body, "expected": [card["id"], card["id"]]}):
             r = await env.client.post(f"{BASE}/evaluation-cases", headers=h, json=bad)
             assert r.status_code in (400, 422), (bad, r.text)
+        # a case is asked as a recall would be: the recall's own checks, with their field
+        for bad, field in (({**body, "filters": {"table": "t"}}, "filters.database"),
+                           ({**body, "note": "a\u0000b"}, "note"),
+                           ({**body, "question": "a\u0000b"}, "question"),
+                           ({**body, "filters": {"database": "d\u0000"}}, "filters.database")):
+            r = await env.client.post(f"{BASE}/evaluation-cases", headers=h, json=bad)
+            assert r.status_code == 422 and r.json()["field"] == field, (bad, r.text)
+        bound = env.token("acme", "memory.manage", database="sales")
+        r = await env.client.post(f"{BASE}/evaluation-cases", headers=bound, json={
+            **body, "filters": {"database": "hr"}})
+        assert r.status_code == 403, r.text
         assert (await env.client.get(f"{BASE}/evaluation-cases", headers=h)).json()["total"] == 1
+        # a run takes no body: a member it would ignore is a 400, as is a body that is not JSON
+        for content in (b'{"mode": "rules"}', b"garbage"):
+            r = await env.client.post(f"{BASE}/evaluations", headers={
+                **h, "Content-Type": "application/json"}, content=content)
+            assert r.status_code == 400, (content, r.text)
+        assert env.scalar("SELECT count(*) FROM memory.eval_runs") == 0
         # another workspace's token sees none of it, and cannot run this workspace's evaluation
         assert (await env.client.get("/api/workspaces/other/memory/evaluation-cases",
                                      headers=other)).json()["total"] == 0
@@ -194,6 +211,13 @@ async def test_the_worker_evaluates_after_an_import_and_flags_a_worse_profile(ma
         assert [(r["trigger"], r["status"]) for r in runs] == [("import", "done")]
         await settle(env)  # nothing changed: nothing due
         assert (await env.client.get(f"{BASE}/evaluations", headers=h)).json()["total"] == 1
+        # a re-import that changes nothing is no trigger (it would cost a run of every case)
+        r = await env.client.post(f"{BASE}/import", content=bird_subset(),
+                                  headers={**h, "Content-Type": "application/x-ndjson"})
+        assert r.status_code == 201 and r.json()["created"] == 0, r.text
+        await settle(env)
+        runs = (await env.client.get(f"{BASE}/evaluations", headers=h)).json()["runs"]
+        assert [r["trigger"] for r in runs] == ["import"], (runs[0]["trigger"], r.json())
 
         for mode in ("solved", "search", "rules"):  # keep only the key's dense branch
             kept = {b: w for b, w in profiles.MODE_PROFILES[mode].weights.items() if b == KEY}
@@ -254,10 +278,13 @@ async def test_the_cli_runs_an_evaluation_and_lists_the_history(make_env, monkey
                                                          eval_every_hours=0.0)
         async with env.running_worker():
             code, run, err = await run_cli(capsys, "eval", "--workspace", "acme",
-                                           "--fail-on-regression")
+                                           "--fail-on-regression", "--misses", "2")
         assert code == 0, err
         assert run["status"] == "done" and run["trigger"] == "manual"
         assert err.startswith(f"evaluation {run['id']} done in ") and "solved/derived r@1" in err
+        full = (await env.client.get(f"{BASE}/evaluations/{run['id']}", headers=h)).json()
+        assert len(full["misses"]) > 2  # the CLI prints the first --misses
+        assert run["misses"] == full["misses"][:2] and run["misses_total"] == len(full["misses"])
         code, history, _ = await run_cli(capsys, "eval", "--workspace", "acme", "--history")
         assert code == 0 and [r["id"] for r in history["runs"]] == [run["id"]]
         code, out, err = await run_cli(capsys, "eval-cases", "--workspace", "acme")

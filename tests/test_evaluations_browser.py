@@ -7,6 +7,8 @@ a run. Screenshots: ``test-output/admin-<size>-evaluation*.png``."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 from helpers import start_server, stop_server
@@ -32,6 +34,7 @@ async def test_the_evaluation_pages_show_a_regression(make_env, monkeypatch, chr
             monkeypatch.setitem(profiles.MODE_PROFILES, mode, msgspec.structs.replace(
                 profiles.MODE_PROFILES[mode], weights=weights))
         await settle(env)  # the run after the profile change: a regression
+        env.app.state.explorer_url = "http://explorer.example/"  # the misses' Explain links
         server, task, base = await start_server(env.app)
         try:
             async with async_playwright() as pw:
@@ -40,6 +43,7 @@ async def test_the_evaluation_pages_show_a_regression(make_env, monkeypatch, chr
                 banner = page.locator("#evaluation-summary")
                 said = await banner.inner_text()
                 assert "Recall regressed" in said and "profile" in said, said
+                assert re.search(r"\(derived\) r@[135] lost \d+ cases, gained \d+", said), said
                 box = await banner.bounding_box()
                 assert box["y"] + box["height"] <= height, box  # on the first screen
                 await look(page, "evaluation-front", size)
@@ -57,7 +61,17 @@ async def test_the_evaluation_pages_show_a_regression(make_env, monkeypatch, chr
                 figures = await text(page, "#figures")
                 assert "regression" in figures and "lost" in figures, figures
                 assert await page.locator("#misses tbody tr").count() > 0
-                first_link = page.locator("#misses a").first
+                # the cases that fell since the run before come first, with both ranks
+                first_row = page.locator("#misses tbody tr").first
+                assert await first_row.get_attribute("class") == "memarc-worse"
+                cells = [await c.inner_text() for c in await first_row.locator("td").all()]
+                assert "worse" in cells[4] and cells[4].split()[0] != cells[3], cells
+                assert "ranked worse than in the run before come first" in await text(
+                    page, "#misses-intro")
+                explain = await first_row.locator("a.memarc-explain").get_attribute("href")
+                assert explain.startswith("http://explorer.example/-/memory/acme/-/recall?q="), \
+                    explain
+                first_link = page.locator("#misses td:nth-child(3) a").first
                 assert (await first_link.get_attribute("href")).startswith(
                     "/admin/workspaces/acme/cards/mem-")
                 assert await page.locator("#runs tbody tr").count() == 2
@@ -86,7 +100,8 @@ async def test_the_evaluation_pages_show_a_regression(make_env, monkeypatch, chr
 
                 # a curated case through the form, without JavaScript's help
                 await page.goto(f"{base}/admin/workspaces/acme/evaluations")
-                first = await page.evaluate("() => document.querySelector('#misses a').href")
+                first = await page.evaluate(
+                    "() => document.querySelector('#misses td:nth-child(3) a').href")
                 card_id = first.rsplit("/", 1)[-1]
                 assert card_id.startswith("mem-")
                 await navigate(page, page.click("text=Add a case"))

@@ -83,9 +83,16 @@ async def test_a_shadow_model_is_switched_in_after_its_evaluation_and_switched_b
         # a folder outside the model root, or none at all: refused, nothing queued
         for body in ({"shadow": {"model_path": str(MODEL.resolve())}},
                      {"shadow": {"model_path": "../../etc"}}, {"shadow": {}},
-                     {"shadow": {"model_path": "copy", "extra": 1}}):
+                     {"shadow": {"model_path": "copy", "extra": 1}},
+                     # a name the file system cannot hold: a 422 naming the field, not a 500
+                     {"shadow": {"model_path": "co\u0000py"}}, {"shadow": {"model_path": "a" * 300}}):
             r = await env.client.post(f"{BASE}/index", headers=h, json=body)
             assert r.status_code in (400, 422), (body, r.text)
+        for path in ("co\u0000py", "a" * 300):
+            r = await env.client.post(f"{BASE}/index", headers=h, json={"shadow": {"model_path": path}})
+            assert r.json()["field"] == "shadow.model_path", r.text
+        r = await env.client.post(f"{BASE}/index/switch-back", headers=h, json={"bogus": 1})
+        assert r.status_code == 400, r.text  # a member it would ignore, before any other check
         assert env.scalar("SELECT count(*) FROM memory.index_rebuilds") == 0
 
         r = await env.client.post(f"{BASE}/index", headers=h,
@@ -281,6 +288,11 @@ async def test_the_administration_changes_the_model_and_switches_back(make_env, 
         r = await env.client.post(shadow, data={"model_path": "/etc", "_csrf_token": token})
         assert r.status_code == 422 and "Not queued: nothing was written" in r.text
         assert 'value="/etc"' in r.text and "under the model root" in r.text
+        # the API's bounds hold for the form too: a page, not a 500
+        for path in ("x" * 100_000, "a" * 300):
+            r = await env.client.post(shadow, data={"model_path": path, "_csrf_token": token})
+            assert r.status_code == 422 and "Not queued: nothing was written" in r.text, path[:9]
+            assert r.headers["content-type"].startswith("text/html")
         assert env.scalar("SELECT count(*) FROM memory.index_rebuilds") == 0
         r = await env.client.post(shadow, data={"model_path": "copy", "_csrf_token": token})
         assert r.status_code == 303 and "index=shadow" in r.headers["location"]

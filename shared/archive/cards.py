@@ -307,12 +307,20 @@ class Archive:
                                    "rebuild can name a fastembed model id only",
                                    field="shadow.model_path")
             root = Path(self.model_root).resolve()
-            folder = Path(req.model_path)
-            folder = (folder if folder.is_absolute() else root / folder).resolve()
-            if not folder.is_relative_to(root):
-                raise InvalidInput(f"model_path must be a folder under the model root {str(root)!r}",
+            if "\x00" in req.model_path:
+                raise InvalidInput("model_path contains a NUL character",
                                    field="shadow.model_path")
-            if not folder.is_dir():
+            try:
+                folder = Path(req.model_path)
+                folder = (folder if folder.is_absolute() else root / folder).resolve()
+                if not folder.is_relative_to(root):
+                    raise InvalidInput("model_path must be a folder under the model root "
+                                       f"{str(root)!r}", field="shadow.model_path")
+                is_dir = folder.is_dir()
+            except OSError as exc:  # a name too long for the file system, a loop of links
+                raise InvalidInput(f"model_path cannot be opened: {exc.strerror or exc}",
+                                   field="shadow.model_path") from None
+            if not is_dir:
                 raise InvalidInput(f"no model folder {str(folder)!r}", field="shadow.model_path")
             path = str(folder)
         return {"dense_model": req.model or self.dense_model or DEFAULT_DENSE_MODEL,

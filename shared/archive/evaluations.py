@@ -239,7 +239,7 @@ class Evaluations:
             workspace's cards (422; nothing written).
         """
         principal.require(workspace, "memory.manage")
-        values = case_values(body)
+        values = case_values(body, principal)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             await workspaces.get(conn, workspace)
             await self._check_expected(conn, values)
@@ -259,7 +259,7 @@ class Evaluations:
         """
         principal.require(workspace, "memory.manage")
         cid = _uuid(case_id, "case")
-        values = case_values(body)
+        values = case_values(body, principal)
         async with self.db.transaction(workspace, lock="exclusive") as conn:
             if await evaluations.case_get(conn, cid) is None:
                 raise NotFound(f"no case {case_id!r} in this workspace")

@@ -23,7 +23,7 @@ from shared.archive.responses import ImportResult
 from shared.auth import Principal
 from shared.errors import InvalidInput
 from shared.models import (Card, CardWrite, CaseEntry, CaseLine, ImportCard, card_id_str, parse_card_id,
-                           validate_card_write)
+                           reject_nul, validate_card_write)
 from shared.projection.project import BATCH_SIZE
 from shared.projection.queue import ProjectionQueue
 from shared.evaluation.cases import CaseWrite, case_values
@@ -105,11 +105,12 @@ async def _import_cases(conn: Any, workspace: str, actor: str,
                                    "this workspace", line=n)
             expected.append(card_id_str(cid))
         try:
+            reject_nul(entry.key, "key")
             values = case_values(CaseWrite(question=entry.question, mode=entry.mode,
                                            expected=expected, filters=entry.filters,
                                            match=entry.match, note=entry.note))
         except InvalidInput as exc:
-            raise InvalidInput(f"line {n}: {exc.message}", line=n) from exc
+            raise InvalidInput(f"line {n}: {exc.message}", line=n, **exc.extra) from exc
         own = entry.key.removeprefix("case-") if entry.key.startswith("case-") else None
         try:
             case_id = uuid.UUID(own) if own else None

@@ -44,10 +44,13 @@ import msgspec
 from msgspec import Meta
 
 from shared import models
+from shared.auth import Principal
 from shared.errors import InvalidInput
 from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25
-from shared.models import CardRef, Filters, Mode, card_id_str, parse_card_id
+from shared.models import (CardRef, Filters, Mode, SearchRequest, card_id_str, parse_card_id,
+                           reject_nul)
 from shared.projection.documents import EXPANDED_FAMILIES
+from shared.recall.eligibility import build_filter
 from shared.store import evaluations as store
 from shared.store.database import Connection
 
@@ -114,14 +117,22 @@ def curated_view(row: dict[str, Any]) -> CuratedCase:
                        created_at=row["created_at"], updated_at=row["updated_at"])
 
 
-def case_values(body: CaseWrite) -> dict[str, Any]:
-    """The stored values of a curated case body.
+def case_values(body: CaseWrite, principal: Principal | None = None) -> dict[str, Any]:
+    """The stored values of a curated case body. A case is asked as a recall is, so its
+    question and filters are checked as ``POST …/search`` checks them
+    (:func:`shared.recall.eligibility.build_filter`), for ``principal``'s database/schema
+    binding when given: a case no caller could send is refused, not stored.
 
-    :raises InvalidInput: a blank question, an expected id that is not a card id, or one
-        named twice.
+    :raises InvalidInput: a blank question, a NUL character in the question, the note or a
+        filter, a physical filter with a gap, an expected id that is not a card id, or one
+        named twice. :raises Forbidden: a filter outside ``principal``'s binding.
     """
     if not body.question.strip():
         raise InvalidInput("the question is blank", field="question")
+    reject_nul(body.question, "question")
+    reject_nul(body.note, "note")
+    build_filter(principal or Principal(workspace="", permissions=frozenset(), actor=""),
+                 SearchRequest(query=body.question, mode=body.mode, filters=body.filters))
     expected: list[uuid.UUID] = []
     for n, ref in enumerate(body.expected):
         cid = parse_card_id(ref)

@@ -198,12 +198,12 @@ async def execute(db: Database, index: IndexEngine, embedder: Embedder, workspac
                                                             "error": exc.message})
             return await evaluations.run_get(conn, run_id)
     figs = [msgspec.to_builtins(f) for f in figures(cases, ranks)]
-    misses.sort(key=lambda m: (m["rank"] is None, m["rank"] or 0), reverse=True)
     async with db.transaction(workspace, lock="exclusive") as conn:
         previous = (await evaluations.run_outcomes(conn, base) if base is not None
                     else await evaluations.previous_done(conn, run_id))
         tests = compare(cases, ranks, previous["outcomes"]) if previous else []
         regressed = [t for t in tests if t.regression]
+        _order_misses(misses, previous["outcomes"] if previous else None)
         await evaluations.run_finish(
             conn, run_id, status="done", done=len(cases), total=len(cases),
             fingerprint=fingerprint, format=models.PROJECTION_FORMAT,
@@ -227,6 +227,23 @@ async def execute(db: Database, index: IndexEngine, embedder: Embedder, workspac
                                                     f"{t.lost}, gained {t.gained}, p={t.p:.3g}"
                                                     for t in regressed]})
         return await evaluations.run_get(conn, run_id)
+
+
+def worse(before: int | None, now: int | None) -> bool:
+    """A rank ``now`` worse than ``before`` (None: not in the top 100)."""
+    return before is not None and (now is None or now > before)
+
+
+def _order_misses(misses: list[dict[str, Any]], before: Mapping[str, Any] | None) -> None:
+    """Give each miss its rank in the run compared with (``before``: ``{case key: rank}``;
+    a case it did not have gets no ``before``) and sort, in place: the cases ranked worse than
+    then first (what a regression is made of: a page that lists the worst misses would bury a
+    case that fell from 1 to 2 under those never found), then the worst ranks."""
+    for m in misses:
+        if before is not None and m["key"] in before:
+            m["before"] = before[m["key"]]
+    misses.sort(key=lambda m: ("before" not in m or not worse(m["before"], m["rank"]),
+                               m["rank"] is not None, -(m["rank"] or 0)))
 
 
 #: how long a shadow rebuild's gate waits for another open run of the workspace to finish

@@ -6,8 +6,8 @@ projection work or a rebuild is open (the index has not settled: a run now would
 that are still pending), while a run is queued or running, or in a workspace with no projected
 card. Otherwise, in this order, a run is due with the trigger:
 
-- ``import``: cards were imported since the newest run (or there is no run yet and cards were
-  imported: the demo's first evaluation);
+- ``import``: an import created or changed cards since the newest run, or there is no run yet
+  and one did (the demo's first evaluation); a re-import that changed nothing is no trigger;
 - ``first``: no run yet;
 - ``model``: the newest run was made with another model fingerprint (the dense model files or
   the BM25 configuration of the workspace's language changed);

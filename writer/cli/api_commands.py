@@ -472,8 +472,19 @@ def eval_command(args: argparse.Namespace) -> Any:
                      f"{_figures_line(run)}\n")
     if args.fail_on_regression and run.get("regression"):
         raise CliError({"error": "the evaluation regressed against the run before it",
-                        "code": "regression", "run": run}, 4)
-    return run
+                        "code": "regression", "run": run["id"],
+                        "regressed": [t for t in run.get("tests") or [] if t.get("regression")]},
+                       4)
+    return _shown_misses(run, args.misses)
+
+
+def _shown_misses(run: dict[str, Any], shown: int | None) -> dict[str, Any]:
+    """``run`` with its first ``shown`` misses (None: all), and ``misses_total`` when cut: a
+    BIRD run has hundreds, the worst and those ranked worse than before first."""
+    misses = run.get("misses") or []
+    if shown is None or len(misses) <= shown:
+        return run
+    return {**run, "misses": misses[:shown], "misses_total": len(misses)}
 
 
 def configure_eval_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -487,6 +498,9 @@ def configure_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--limit", type=int, default=20, help="with --history: at most this many")
     ev.add_argument("--fail-on-regression", action="store_true",
                     help="exit 4 when the run regressed against the one before it")
+    ev.add_argument("--misses", type=int, default=20, metavar="N",
+                    help="print the run's first N misses (default 20; the ones ranked worse "
+                         "than in the run before come first); `GET …/evaluations/{id}` has all")
 
 
 def import_command(args: argparse.Namespace) -> Any:

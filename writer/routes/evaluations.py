@@ -15,6 +15,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from shared.archive.evaluations import CuratedCases, EvaluationRun, EvaluationRuns, Evaluations
 from shared.auth import Principal
 from shared.evaluation.cases import CaseWrite, CuratedCase
+from shared.models import EmptyRequest
 from writer.problems import PROBLEM_RESPONSES
 from writer.routes.params import Offset, WorkspaceId
 
@@ -35,13 +36,14 @@ class EvaluationController(Controller):
           opt={"activity": "evaluate"})
     async def start(self, evaluations: NamedDependency[Evaluations],
                     principal: NamedDependency[Principal], workspace_id: FromPath[WorkspaceId],
-                    wait: FromQuery[RunWait] = None) -> Response[EvaluationRun]:
+                    wait: FromQuery[RunWait] = None,
+                    data: JSONBody[EmptyRequest | None] = None) -> Response[EvaluationRun]:
         """Queue a run for the worker: every case (derived from the archive, and curated)
         recalled through ``POST …/search``'s code path. 201 with the finished run (``status``
         done or failed) when it ended within ``wait`` seconds, else 202 with the run as it is
         (``id``, ``status`` queued or running, ``done`` of ``total``): poll ``GET
-        …/evaluations/{id}``. Errors: 409 a run is already queued or running (``run``: its id),
-        401, 403, 404."""
+        …/evaluations/{id}``. No body, or ``{}``. Errors: 400 a body with members, or not JSON;
+        409 a run is already queued or running (``run``: its id), 401, 403, 404."""
         run = await evaluations.start(principal, workspace_id, wait=wait or 0.0)
         return Response(run, status_code=201 if run.status in ("done", "failed") else 202)
 

@@ -199,11 +199,13 @@ class MemoryController(Controller):
           opt={"activity": "index"})
     async def switch_back(self, archive: NamedDependency[Archive],
                           principal: NamedDependency[Principal],
-                          workspace_id: FromPath[WorkspaceId]) -> QueuedRebuild:
+                          workspace_id: FromPath[WorkspaceId],
+                          data: JSONBody[models.EmptyRequest | None] = None) -> QueuedRebuild:
         """Queue a switch back to the previous index a shadow switch kept, with its model: its
         points still current are kept, the rest written again, then it is switched in (the
-        one it replaces becomes the previous). 202 with the rebuild. Errors: 409
-        ``no_previous_index``, or a rebuild is already queued or running."""
+        one it replaces becomes the previous). No body, or ``{}``. 202 with the rebuild.
+        Errors: 400 a body with members; 409 ``no_previous_index``, or a rebuild is already
+        queued or running."""
         return await archive.start_rebuild(principal, workspace_id, restore=True)
 
     @get("/index/collections", responses=PROBLEM_RESPONSES, summary="The recorded index")

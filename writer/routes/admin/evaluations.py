@@ -19,6 +19,7 @@ from shared.archive.cards import Archive
 from shared.errors import Conflict, InvalidInput, NoPreviousIndex, NotFound
 from shared.evaluation.cases import CaseWrite
 from shared.evaluation.chart import history_svg
+from shared.evaluation.run import worse
 from shared.models import ShadowRequest, convert
 from shared.validation_words import plain_message
 from writer.routes.admin.pages import (Person, Urls, provide_archive, provide_person, recorded,
@@ -50,13 +51,28 @@ async def latest_summary(archive: Archive, person: Person) -> dict[str, Any] | N
     return {"run": done, "active": active}
 
 
-def _tests_by_figure(run: dict[str, Any]) -> dict[tuple[str, str, int], dict[str, Any]]:
-    return {(t["mode"], t["source"], t["k"]): t for t in run.get("tests", [])}
+def _tests_by_figure(run: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The paired test a figures row shows, by (mode, source): the regressed one with the
+    smallest p when a cutoff regressed (an r@1 regression is not hidden behind r@3), else r@3."""
+    shown: dict[tuple[str, str], dict[str, Any]] = {}
+    for t in run.get("tests", []):
+        row = (t["mode"], t["source"])
+        held = shown.get(row)
+        if held is None or (t["regression"] and (not held["regression"] or t["p"] < held["p"])) \
+                or (not held["regression"] and not t["regression"] and t["k"] == 3):
+            shown[row] = t
+    return shown
 
 
 async def _titled_misses(archive: Archive, person: Person, run: dict[str, Any],
                          shown: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
     misses = (run.get("misses") or [])[:shown]
+    for m in misses:
+        m["worse"] = "before" in m and worse(m["before"], m["rank"])
+        # the explorer's recall page asks the same question with the same filters
+        m["explain"] = {"q": m["question"][:500], "mode": m["mode"], "top": 10,
+                        **{k: v for k, v in (m.get("filters") or {}).items()
+                           if isinstance(v, str)}}
     ids = [c for m in misses for c in (*m["expected"], *m["above"])]
     titles = await archive.evaluations.titles(person.principal, person.workspace, ids)
     return misses, titles
@@ -164,13 +180,14 @@ async def shadow_rebuild(request: Request, person: NamedDependency[Person],
     form = await request.form()
     path = str(form.get("model_path") or "").strip()
     try:
-        await archive.start_rebuild(person.principal, workspace_id, ShadowRequest(
-            model_path=path or None, force=form.get("force") == "on"))
+        shadow = convert({"model_path": path or None, "force": form.get("force") == "on"},
+                         ShadowRequest)  # the API's bounds
+        await archive.start_rebuild(person.principal, workspace_id, shadow)
     except Conflict:
         return see_other(Urls(workspace_id).evaluations(index="busy"))
     except InvalidInput as exc:
         return await _evaluations(person, archive, workspace_id, status=422,
-                                  shadow_error=plain_message(exc.message), shadow_path=path)
+                                  shadow_error=plain_message(exc.message), shadow_path=path[:1000])
     return see_other(Urls(workspace_id).evaluations(index="shadow"))
 
 
