@@ -19,7 +19,7 @@ from shared.archive.polling import poll
 from shared.auth import Principal
 from shared.errors import Conflict, InvalidInput, NotFound
 from shared.evaluation.cases import CaseWrite, CuratedCase, case_values, curated_view
-from shared.evaluation.figures import Comparison, Figure
+from shared.evaluation.figures import Comparison, Figure, worse
 from shared.models import card_id_str, parse_card_id
 from shared.projection.queue import ProjectionQueue
 from shared.store import activity, cards, evaluations, workspaces
@@ -36,7 +36,9 @@ EvaluationFigure, EvaluationTest = Figure, Comparison
 
 class EvaluationMiss(msgspec.Struct):
     """A case whose expected card was not ranked first: its rank (None: not in the top 100)
-    and up to five cards ranked above it."""
+    and up to five cards ranked above it; ``before``: its rank in the run compared with (None:
+    not in the top 100 then; absent: a case that run did not have), and ``worse`` when it is
+    ranked worse now (a run lists those first)."""
 
     key: str
     kind: str
@@ -47,6 +49,11 @@ class EvaluationMiss(msgspec.Struct):
     expected: list[str]
     rank: int | None
     above: list[str]
+    before: int | None | msgspec.UnsetType = msgspec.UNSET
+    worse: bool = False
+
+    def __post_init__(self) -> None:
+        self.worse = self.before is not msgspec.UNSET and worse(self.before, self.rank)
 
 
 class EvaluationFloor(msgspec.Struct, kw_only=True):

@@ -88,6 +88,11 @@ def figures(cases: list[Case], ranks: dict[str, int | None]) -> list[Figure]:
     return out
 
 
+def worse(before: int | None, now: int | None) -> bool:
+    """A rank ``now`` worse than ``before`` (None: not in the top 100)."""
+    return before is not None and (now is None or now > before)
+
+
 def mcnemar_p(lost: int, gained: int) -> float:
     """Two-sided exact McNemar p-value for ``lost`` vs ``gained`` discordant pairs."""
     n = lost + gained

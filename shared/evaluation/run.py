@@ -39,7 +39,7 @@ from shared.auth import Principal
 from shared.errors import ArchiveError, Conflict
 from shared.recall import floor as similarity_floor
 from shared.evaluation.cases import Case, gather
-from shared.evaluation.figures import case_rank, compare, figures
+from shared.evaluation.figures import case_rank, compare, figures, worse
 from shared.index.embedding import Embedder
 from shared.index.engine import IndexEngine, IndexTarget
 from shared.models import SearchRequest, card_id_str
@@ -227,11 +227,6 @@ async def execute(db: Database, index: IndexEngine, embedder: Embedder, workspac
                                                     f"{t.lost}, gained {t.gained}, p={t.p:.3g}"
                                                     for t in regressed]})
         return await evaluations.run_get(conn, run_id)
-
-
-def worse(before: int | None, now: int | None) -> bool:
-    """A rank ``now`` worse than ``before`` (None: not in the top 100)."""
-    return before is not None and (now is None or now > before)
 
 
 def _order_misses(misses: list[dict[str, Any]], before: Mapping[str, Any] | None) -> None:

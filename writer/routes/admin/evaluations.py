@@ -19,7 +19,6 @@ from shared.archive.cards import Archive
 from shared.errors import Conflict, InvalidInput, NoPreviousIndex, NotFound
 from shared.evaluation.cases import CaseWrite
 from shared.evaluation.chart import history_svg
-from shared.evaluation.run import worse
 from shared.models import ShadowRequest, convert
 from shared.validation_words import plain_message
 from writer.routes.admin.pages import (Person, Urls, provide_archive, provide_person, recorded,
@@ -68,7 +67,6 @@ async def _titled_misses(archive: Archive, person: Person, run: dict[str, Any],
                          shown: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
     misses = (run.get("misses") or [])[:shown]
     for m in misses:
-        m["worse"] = "before" in m and worse(m["before"], m["rank"])
         # the explorer's recall page asks the same question with the same filters
         m["explain"] = {"q": m["question"][:500], "mode": m["mode"], "top": 10,
                         **{k: v for k, v in (m.get("filters") or {}).items()
