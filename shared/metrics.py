@@ -212,7 +212,7 @@ def _queue_families(queue: QueueFigures | None) -> Iterator[Metric]:
     for ev in queue.evaluations:
         label = [ev.workspace] if named else []
         for f in ev.figures:
-            r3.add_metric([*label, str(f["mode"]), str(f["source"])], float(f["r3"]))  # type: ignore[arg-type]
+            r3.add_metric([*label, str(f["mode"]), str(f["source"])], round(float(f["r3"]), 4))  # type: ignore[arg-type]
         regressions.add_metric(label, ev.regressions)
     if not queue.evaluations and not named:
         regressions.add_metric([], 0)
