@@ -60,6 +60,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admin_secret: str | None
     explorer_url: str | None
     admin_url: str | None
+    recall_query_text: bool
+    recall_retention_days: int
 
     @property
     def embedded_qdrant(self) -> bool:
@@ -116,6 +118,14 @@ def _positive(value: str, variable: str) -> int:
     if number < 1:
         raise ValueError(f"{variable} must be a positive integer, not {value!r}")
     return number
+
+
+def _on_off(value: str, variable: str) -> bool:
+    """:raises ValueError: neither ``on`` nor ``off`` (any case)."""
+    word = value.strip().lower()
+    if word not in ("on", "off"):
+        raise ValueError(f"{variable} must be on or off, not {value!r}")
+    return word == "on"
 
 
 def _key_file(value: str, variable: str) -> str:
@@ -280,6 +290,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MEMARC_ADMIN_URL", "admin_url",
             "the writer's administration pages (`…/admin`), linked from the explorer; unset: "
             "the explorer says where editing happens", None),
+    Setting("MEMARC_RECALL_QUERY_TEXT", "recall_query_text",
+            "`on`: a recall's record keeps its query as the privacy filter left it; `off`: only "
+            "its digest (sha256 of the filtered, normalised text); any case", True, _on_off),
+    Setting("MEMARC_RECALL_RETENTION_DAYS", "recall_retention_days",
+            "days a recall's record is kept before the worker's sweep deletes it (a positive "
+            "integer)", 90, _positive),
 )
 
 

@@ -136,6 +136,14 @@ class IntegrityViolation(Conflict):
     code = "integrity_violation"
 
 
+class RecordRefused(ArchiveError):
+    """PostgreSQL refused to store a record (a privilege or a rule of its table): a recall's
+    record (migration 026) is then lost, and the recall answers without it."""
+
+    status = 500
+    code = "record_refused"
+
+
 class MigrationError(ArchiveError):
     """The migrations cannot be applied."""
 

@@ -9,6 +9,9 @@ each must count its own requests without a duplicate-registration error). What i
   and status, observed by the writer's middleware (:meth:`Metrics.observe_request`);
 - ``memarc_recall_stage_duration_seconds`` by stage (:data:`RECALL_STAGES`), one observation per
   stage of every completed recall (:meth:`Metrics.observe_recall`);
+- ``memarc_recall_records_total`` and ``memarc_recall_records_lost_total``: recalls whose
+  record (migration 026) was written, and recalls that answered without one because PostgreSQL
+  refused it or could not be reached (:meth:`Metrics.observe_recall_record`);
 - ``memarc_index_info``: the index engine and projection format of the process;
 - the projection queue, read from PostgreSQL at scrape time (:class:`QueueFigures`, passed to
   :meth:`Metrics.exposition`), so any writer reports the figures of every worker:
@@ -104,6 +107,13 @@ class Metrics:
             "(embed, search, verify, expand, fetch)", ("stage",), buckets=LATENCY_BUCKETS,
             registry=self.registry)
         self._stages = {stage: self.recall_seconds.labels(stage) for stage in RECALL_STAGES}
+        self.recall_records = Counter(
+            "memarc_recall_records", "Recalls whose record was written to PostgreSQL",
+            registry=self.registry)
+        self.recall_records_lost = Counter(
+            "memarc_recall_records_lost", "Recalls that answered without their record "
+            "(recall_id null): PostgreSQL refused it or could not be reached",
+            registry=self.registry)
         self.index = Info("memarc_index", "Index engine and projection format of this process",
                           registry=self.registry)
         self.index.info({"engine": engine, "projection_format": str(projection_format)})
@@ -120,6 +130,10 @@ class Metrics:
             child = self._stages.get(stage)
             if child is not None:
                 child.observe(seconds)
+
+    def observe_recall_record(self, written: bool) -> None:
+        """Count one recall's record: ``written``, or lost."""
+        (self.recall_records if written else self.recall_records_lost).inc()
 
     def exposition(self, queue: QueueFigures | None, per_workspace: bool = False) -> bytes:
         """The Prometheus text format (0.0.4) of this registry, followed by the queue figures

@@ -381,13 +381,16 @@ class RecallResponse(msgspec.Struct):
     running or failed), which no recall can return until the worker indexes them: 0 when the
     index is up to date; a caller should say that the answer may be incomplete otherwise.
     ``floor``: the workspace's similarity floor for the mode (None: no evaluation of the
-    serving model has made one yet)."""
+    serving model has made one yet). ``recall_id``: the id of this recall's record (migration
+    026, docs/usage.md); None when none was written: PostgreSQL refused or could not take it,
+    or the recall is not one a caller asked (an evaluation run's)."""
 
     results: list[RecallResult]
     excluded: int
     expansion: ExpansionSummary
     not_indexed: int = 0
     floor: float | None = None
+    recall_id: str | None = None
 
 
 def reject_nul(text: str | None, field: str) -> None:

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 
 from shared.archive.cards import Archive, metrics_outage_log
+from shared.archive.recall_records import RecallRecorder, records_outage_log
 from shared.config import Settings
 from shared.errors import DatabaseUnavailable
 from shared.index.embedding import Embedder
@@ -51,7 +52,7 @@ class Resources:
     privacy filter applied to everything sent to the embedder or the index, the process's
     metrics (:class:`~shared.metrics.Metrics`, a registry of its own per set of resources) and
     the log of the database outages they meet (logged once per outage, whichever archive of
-    the process reads them)."""
+    the process reads them), and the log of lost recall records (the same, for the records)."""
 
     settings: Settings
     db: Database
@@ -61,6 +62,7 @@ class Resources:
     privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
     metrics: Metrics = field(default_factory=Metrics)
     metrics_outage: OutageLog = field(default_factory=metrics_outage_log)
+    records_outage: OutageLog = field(default_factory=records_outage_log)
 
     @classmethod
     async def open(cls, settings: Settings, *, with_index: bool = True,
@@ -96,16 +98,22 @@ class Resources:
         lifecycle and recall (:class:`~shared.archive.cards.Archive`), with the session workflow
         (``.workflow``) and the schema-change cleanup (``.schema_changes``) over the same
         database and queue. Recall sends its query and filter values through :attr:`privacy`,
-        the filter that projection uses (``MEMARC_PRIVACY_MAX_CHARS``), and observes its stages
-        in :attr:`metrics`. A new, cheap object per call that holds no state of its own (only
-        references to these resources, :attr:`metrics_outage` included), so it follows a
+        the filter that projection uses (``MEMARC_PRIVACY_MAX_CHARS``), observes its stages
+        in :attr:`metrics`, and records each recall a caller asks
+        (:class:`~shared.archive.recall_records.RecallRecorder`: its query text only when
+        ``MEMARC_RECALL_QUERY_TEXT`` is on; lost records logged in :attr:`records_outage`).
+        A new, cheap object per call that holds no state of its own (only references to these
+        resources and settings, the outage logs included), so it follows a
         resource replaced since; without an index or embedder, recall raises
         :class:`~shared.errors.IndexUnavailable` / :class:`~shared.errors.EmbedderUnavailable`.
         """
+        recorder = RecallRecorder(self.db, self.privacy, self.metrics,
+                                  query_text=self.settings.recall_query_text,
+                                  outage=self.records_outage)
         return Archive(self.db, self.queue, self.index, self.embedder, privacy=self.privacy,
                        metrics=self.metrics, metrics_outage=self.metrics_outage,
                        model_root=self.settings.shadow_model_root(),
-                       dense_model=self.settings.dense_model)
+                       dense_model=self.settings.dense_model, recorder=recorder)
 
     async def close(self) -> None:
         """Close everything opened."""

@@ -7,7 +7,8 @@ killed worker) is picked up again. The sweep also drops the index collection of 
 removed by ``memarc workspace delete`` (:func:`drop_removed_collections`): that command runs in
 another process, with the migrator login, and cannot open an embedded index that ``memarc up``
 holds. Once an hour it purges the administration's ended browser sessions and used sign-in
-links (:func:`purge_admin_sessions`), and every few seconds it queues the recall evaluations
+links (:func:`purge_admin_sessions`); at every sweep it deletes the recall records past their
+retention (:func:`purge_recall_records`, in bounded batches), and queues the recall evaluations
 that are due and offers again those whose job was lost (:func:`schedule_evaluations`).
 """
 
@@ -35,7 +36,8 @@ from shared.recall.profiles import MODE_PROFILES
 from shared.projection.rebuild import rebuild_index
 from shared.errors import ArchiveError, DatabaseUnavailable
 from shared.resources import Resources
-from shared.store import activity, admin_sessions, evaluations, outbox, rebuilds, workspaces
+from shared.store import (activity, admin_sessions, evaluations, outbox, rebuilds,
+                          recall_records, workspaces)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,10 @@ PURGE_EVERY_SECONDS = 3600.0
 #: hours an ended session's row, and a used or expired sign-in link's, is kept before the purge
 #: (meanwhile a browser still holding such a cookie is told why it is signed out)
 PURGE_GRACE_HOURS = 24.0
+#: recall records deleted per transaction of their purge, and the most batches one sweep runs
+#: (a larger backlog, after MEMARC_RECALL_RETENTION_DAYS was lowered, goes on at the next sweep)
+RECALL_PURGE_BATCH = 1000
+RECALL_PURGE_BATCHES = 10
 
 
 def _database_down(ctx: dict[str, Any], exc: DatabaseUnavailable) -> None:
@@ -261,6 +267,28 @@ async def purge_admin_sessions(ctx: dict[str, Any]) -> tuple[int, int] | None:
     return purged
 
 
+async def purge_recall_records(res: Resources) -> int:
+    """Delete, in every workspace, the recall records older than
+    ``MEMARC_RECALL_RETENTION_DAYS`` (migration 026), oldest first, :data:`RECALL_PURGE_BATCH`
+    per short transaction, until a batch comes back short or :data:`RECALL_PURGE_BATCHES` have
+    run; returns how many were deleted.
+
+    :raises DatabaseUnavailable: PostgreSQL cannot be reached (the next sweep tries again).
+    """
+    purged = 0
+    for _ in range(RECALL_PURGE_BATCHES):
+        async with res.db.transaction(None) as conn:
+            deleted = await recall_records.purge(conn, res.settings.recall_retention_days,
+                                                 RECALL_PURGE_BATCH)
+        purged += deleted
+        if deleted < RECALL_PURGE_BATCH:
+            break
+    if purged:
+        log.info("purged %d recall record(s) older than %d days", purged,
+                 res.settings.recall_retention_days)
+    return purged
+
+
 async def _sweep(ctx: dict[str, Any]) -> int:
     res: Resources = ctx["resources"]
     redis = ctx["redis"]
@@ -272,6 +300,7 @@ async def _sweep(ctx: dict[str, Any]) -> int:
     _database_up(ctx)
     await drop_removed_collections(res)
     await purge_admin_sessions(ctx)
+    await purge_recall_records(res)
     await schedule_evaluations(ctx)
     for row in open_rebuilds:
         await redis.enqueue_job(REBUILD_JOB, row["workspace_id"], str(row["rebuild_id"]),

@@ -99,6 +99,10 @@ async def seed(env) -> dict[str, Any]:
                                 f"Delta {ws}", f"Alpha {ws}", f"Beta {ws}",
                                 f"Gamma {ws}", f"rev-{ws}", f"run-{ws}"]}
     await env.drain()
+    for ws in ("wa", "wb"):  # a recall, and its record
+        r = await env.client.post(f"/api/workspaces/{ws}/memory/search", headers=data["h"][ws],
+                                  json={"query": f"Alpha {ws} term"})
+        assert r.status_code == 200 and r.json()["recall_id"], r.text
     return data
 
 
@@ -158,6 +162,9 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
         ("POST", m + "/evaluation-cases"): {"question": "intruder", "mode": "search",
                                             "expected": [a["card"]]},
         ("POST", m + "/index"): {},  # a plain rebuild ({"shadow": ...} for a shadow one)
+        # these read their request to refuse any body (a member, non-JSON: 400): they get none
+        ("POST", m + "/index/switch-back"): None,
+        ("POST", m + "/evaluations"): None,
         ("PUT", m + "/evaluation-cases/{case_id}"): {"question": "intruder", "mode": "search",
                                                      "expected": [a["card"]]},
     }

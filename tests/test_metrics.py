@@ -260,7 +260,8 @@ def test_created_series_are_written_unless_disabled_as_the_readme_says():
                              text=True, check=True).stdout
         families[disabled] = {f.name for f in text_string_to_metric_families(out)}
     created = {"memarc_http_requests_created", "memarc_http_request_duration_seconds_created",
-               "memarc_recall_stage_duration_seconds_created"}
+               "memarc_recall_stage_duration_seconds_created", "memarc_recall_records_created",
+               "memarc_recall_records_lost_created"}
     assert created <= families[""]
     assert not created & families["True"]
     assert families["True"] == families[""] - created

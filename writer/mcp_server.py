@@ -70,7 +70,8 @@ SERVER_NAME = "memarc"
 #: context); :func:`fit` cuts a larger one and says so in its ``truncated`` member
 MAX_RESULT_BYTES = 32_768
 _RECALL_RETURNS = ("Returns the JSON of POST /search: {results: [{card, score, retrieval, "
-                   "similarity, below_floor}], excluded, expansion, floor}; every card verified "
+                   "similarity, below_floor}], excluded, expansion, floor, recall_id}; every "
+                   "card verified "
                    "against PostgreSQL; `score` only orders this query's results (a fused rank "
                    "score, not a similarity); `similarity` is the cosine similarity to the "
                    "question, and `below_floor` marks a result under the workspace's floor, "

@@ -16,6 +16,7 @@ written by :func:`~shared.archive.activity.audited` in a transaction of its own.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,7 @@ import msgspec
 from shared import models
 from shared.archive.activity import audited
 from shared.archive.polling import poll
+from shared.archive.recall_records import RecallRecorder
 from shared.archive.responses import (ActivityEntry, ActivityPage, AuditReport, CardDetail,
                                       IndexState, index_state_view,
                                       CardPage, DeleteResult, DependencyStatus, OpenOperation,
@@ -85,7 +87,8 @@ class Archive:
                  index: IndexEngine | None = None, embedder: Embedder | None = None, *,
                  privacy: PrivacyFilter = DEFAULT_FILTER, metrics: Metrics | None = None,
                  metrics_outage: OutageLog | None = None, model_root: str | None = None,
-                 dense_model: str | None = None) -> None:
+                 dense_model: str | None = None,
+                 recorder: RecallRecorder | None = None) -> None:
         self.db = db
         self.queue = queue
         self.index = index
@@ -93,6 +96,8 @@ class Archive:
         self.privacy = privacy
         self.metrics = metrics or Metrics()
         self.metrics_outage = metrics_outage or metrics_outage_log()
+        #: writes the record of each recall a caller asks (:meth:`search`)
+        self.recorder = recorder or RecallRecorder(db, privacy, self.metrics)
         #: where a shadow rebuild may name a model folder, and the configured model id (the
         #: default of a shadow request that names a folder only)
         self.model_root = model_root
@@ -445,13 +450,20 @@ class Archive:
     # ---- recall (memory.read) ----
 
     async def search(self, principal: Principal, workspace: str, req: SearchRequest, *,
-                     role: Literal["runtime", "reader"] = "runtime") -> RecallResponse:
+                     role: Literal["runtime", "reader"] = "runtime",
+                     record: bool = True) -> RecallResponse:
         """Verified recall through this process's privacy filter; see
         :func:`shared.recall.verified.recall` (``role``: the database role of its reads; the
         explorer passes ``reader``).
 
         A completed recall adds one observation per stage to
-        ``memarc_recall_stage_duration_seconds`` (:meth:`shared.metrics.Metrics.observe_recall`).
+        ``memarc_recall_stage_duration_seconds`` (:meth:`shared.metrics.Metrics.observe_recall`),
+        and, with ``record`` (a recall a caller asked), writes its record once the answer is
+        computed (:meth:`shared.archive.recall_records.RecallRecorder.record`: its own short
+        transaction as the runtime role, whatever ``role`` read, without the workspace lock):
+        the answer's ``recall_id``, None when PostgreSQL refused the record (the recall answers
+        all the same). ``record=False``: a recall the archive asks itself (the review page's
+        neighbours).
 
         :raises IndexUnavailable / EmbedderUnavailable: this process has no index or model.
         :raises PrivacyFilterFailed: the privacy filter refused the query (nothing was sent).
@@ -463,10 +475,15 @@ class Archive:
         if self.embedder is None:
             raise EmbedderUnavailable()
         timings = RecallTimings()
+        started = time.perf_counter()
         response = await recall(self.db, self.index, self.embedder, principal, workspace, req,
                                 role=role, privacy=self.privacy, timings=timings)
+        seconds = time.perf_counter() - started
         self.metrics.observe_recall(timings.stages())
-        return response
+        if not record:
+            return response
+        return await self.recorder.record(principal, workspace, req, response, timings.stages(),
+                                          seconds)
 
     # ---- metrics ----
 

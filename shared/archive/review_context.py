@@ -68,14 +68,15 @@ async def _nearby(archive: Archive, reader: Principal, workspace: str, item: Sum
     skip = {c for c in (item.card_id, item.possible_duplicate and
                         item.possible_duplicate.card_id) if c}
     mode = "solved" if item.card.family == "solved_question" else "search"
+    # the archive's own look-ups, not a caller's recalls: no recall record
     similar = await archive.search(reader, workspace, SearchRequest(
-        query=query, top=limit + len(skip), mode=mode, family=[item.card.family]))
+        query=query, top=limit + len(skip), mode=mode, family=[item.card.family]), record=False)
     solved: list[NearbyCard] = []
     for database in list(dict.fromkeys(d.database for d in item.card.dependencies))[:MAX_DATABASES]:
         if len(solved) >= limit:
             break
         found = await archive.search(reader, workspace, SearchRequest(
             query=query, top=limit, mode="solved", family=["solved_question"],
-            filters=Filters(database=database)))
+            filters=Filters(database=database)), record=False)
         solved += _cards(found, skip | {c.card_id for c in solved}, limit - len(solved))
     return NearbyItem(key=item.key, similar=_cards(similar, skip, limit), solved=solved)

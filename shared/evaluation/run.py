@@ -8,7 +8,9 @@ verification, link expansion and ranking), with the case's leave-one-out
 ``top`` = :data:`TOP` only when the expected card is not among those (so a rank up to 100 is
 known; the first ``top`` results of a recall do not depend on ``top`` beyond the seed count,
 which grows with it, so a rank found in the second recall is the rank of a ``top`` = 100
-recall). Each distinct question is embedded once per run. One recall at a time: a run weighs on
+recall). It writes no recall record (migration 026): it calls the recall itself, not
+:meth:`shared.archive.cards.Archive.search`, which records the recalls callers ask, so a run of
+1,587 cases adds no row to ``recall_records``. Each distinct question is embedded once per run. One recall at a time: a run weighs on
 other users' recalls as the same number of ordinary recalls would, :data:`CONCURRENCY` at a time.
 
 What a finished run records (``eval_runs``): the trigger, the model fingerprint of the

@@ -1109,3 +1109,17 @@ SELECT 1 AS found FROM eval_cases WHERE id = %(id)s;
 SELECT fingerprint, figures -> 'floors' AS floors FROM eval_runs
 WHERE status = 'done' AND candidate IS NULL AND format = %(format)s
 ORDER BY created_at DESC, id DESC LIMIT 1;
+
+-- ==== recall_records: one record per recall (shared/store/recall_records.py, migration 026) ====
+-- name: recall_records_insert
+-- Record one recall of the workspace (the runtime role may insert, never read or change, these).
+INSERT INTO recall_records (id, workspace_id, actor, session_id, mode, top, families, filters,
+                            query_text, query_digest, card_ids, scores, excluded, timings)
+VALUES (%(id)s, %(workspace)s, %(actor)s, %(session)s, %(mode)s, %(top)s, %(families)s,
+        %(filters)s, %(query_text)s, %(query_digest)s, %(card_ids)s, %(scores)s, %(excluded)s,
+        %(timings)s);
+
+-- name: recall_records_purge
+-- Delete, in every workspace, at most %(batch)s records older than %(days)s days, oldest first,
+-- through their definer function; how many.
+SELECT recall_records_purge(make_interval(days => %(days)s), %(batch)s) AS purged;

@@ -31,6 +31,7 @@ DEFAULTS = {
     "max_attempts": 5, "eval_every_hours": 24.0, "worker_jobs": 2, "lock_timeout_seconds": 10.0, "db_pool_size": 8,
     "db_pool_timeout_seconds": 5.0, "privacy_max_chars": 500_000, "metrics_token": None,
     "admin_session_hours": 12.0, "admin_secret": None, "explorer_url": None, "admin_url": None,
+    "recall_query_text": True, "recall_retention_days": 90,
 }
 
 
@@ -74,6 +75,7 @@ def test_each_variable_is_read_into_its_field(tmp_path: Path):
         "MEMARC_METRICS_TOKEN_FILE": str(tmp_path / "metrics"),
         "MEMARC_ADMIN_SESSION_HOURS": "0.5", "MEMARC_ADMIN_SECRET_FILE": str(tmp_path / "admin"),
         "MEMARC_EXPLORER_URL": "http://e:8001", "MEMARC_ADMIN_URL": "http://w:8000/admin",
+        "MEMARC_RECALL_QUERY_TEXT": " OFF", "MEMARC_RECALL_RETENTION_DAYS": "7",
     }
     assert _typed(_fields(load_settings(env))) == _typed({
         "database_url": "postgresql://app@db.example:5433/archive?sslmode=require",
@@ -89,7 +91,8 @@ def test_each_variable_is_read_into_its_field(tmp_path: Path):
         "db_pool_timeout_seconds": 10.0, "privacy_max_chars": 60,
         "metrics_token": "metrics-token", "admin_session_hours": 0.5,
         "admin_secret": "admin-secret", "explorer_url": "http://e:8001",
-        "admin_url": "http://w:8000/admin",
+        "admin_url": "http://w:8000/admin", "recall_query_text": False,
+        "recall_retention_days": 7,
     })
 
 
@@ -148,6 +151,9 @@ def test_the_runtime_login_can_be_host_port_name_user_and_a_password_file(tmp_pa
     ("MEMARC_LOCK_TIMEOUT_SECONDS", "1s", "could not convert string to float: '1s'"),
     ("MEMARC_DB_POOL_TIMEOUT_SECONDS", "-", "could not convert string to float: '-'"),
     ("MEMARC_INDEX_ENGINE", "Disk", "MEMARC_INDEX_ENGINE must be one of local, edge, not 'disk'"),
+    ("MEMARC_RECALL_QUERY_TEXT", "no", "MEMARC_RECALL_QUERY_TEXT must be on or off, not 'no'"),
+    ("MEMARC_RECALL_RETENTION_DAYS", "0",
+     "MEMARC_RECALL_RETENTION_DAYS must be a positive integer, not '0'"),
 ])
 def test_a_bad_value_is_refused_naming_it(variable: str, value: str, message: str):
     with pytest.raises(ValueError) as refused:
