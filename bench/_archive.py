@@ -11,6 +11,7 @@ running the same benchmark on one server do not drop each other's databases.
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -30,6 +31,16 @@ from shared.store.migrations import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"
+#: the BIRD mini-dev questions (the team folder's datasets), which the latency benchmarks ask
+BIRD_QUESTIONS = ROOT.parent / "shared" / "datasets" / "bird_minidev" / "mini_dev_postgresql.json"
+
+
+def latency_summary(latencies: list[float], digits: int = 2) -> dict[str, float]:
+    """``{p50_ms, p95_ms, recalls}`` of latencies in seconds (milliseconds, ``digits``
+    decimals)."""
+    ms = sorted(x * 1000 for x in latencies)
+    return {"p50_ms": round(statistics.median(ms), digits),
+            "p95_ms": round(ms[int(0.95 * (len(ms) - 1))], digits), "recalls": len(ms)}
 
 
 def admin_url() -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -31,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._archive import ROOT, build  # noqa: E402
+from bench._archive import BIRD_QUESTIONS, build, latency_summary  # noqa: E402
 from shared.auth import Principal  # noqa: E402
 from shared.cards_file import bundled_cards, read_cards  # noqa: E402
 from shared.evaluation.cases import gather  # noqa: E402
@@ -40,21 +39,14 @@ from shared.models import SearchRequest  # noqa: E402
 from shared.recall.verified import recall  # noqa: E402
 from shared.store import evaluations  # noqa: E402
 
-QUESTIONS = ROOT.parent / "shared" / "datasets" / "bird_minidev" / "mini_dev_postgresql.json"
 IDLE_SECONDS = 30.0
-
-
-def _summary(latencies: list[float]) -> dict[str, float]:
-    ms = sorted(x * 1000 for x in latencies)
-    return {"p50_ms": round(statistics.median(ms), 2),
-            "p95_ms": round(ms[int(0.95 * (len(ms) - 1))], 2), "recalls": len(ms)}
 
 
 async def main() -> None:
     bench = await build("evaluation-load", read_cards(bundled_cards()), workspace="bird")
     res = bench.resources
     principal = Principal(workspace="bird", permissions=frozenset({"memory.read"}), actor="bench")
-    questions = [q["question"] for q in json.loads(QUESTIONS.read_text())][:200]
+    questions = [q["question"] for q in json.loads(BIRD_QUESTIONS.read_text())][:200]
 
     async def one(query: str, mode: str = "search", filters=None) -> None:
         await recall(res.db, res.index, res.embedder, principal, "bird",
@@ -82,7 +74,7 @@ async def main() -> None:
     try:
         report = {}
         got, _ = await phase(lambda: asyncio.sleep(IDLE_SECONDS))
-        report["idle"] = _summary(got)
+        report["idle"] = latency_summary(got)
 
         run_id = uuid.uuid4()
         async with res.db.transaction("bird") as conn:
@@ -95,7 +87,7 @@ async def main() -> None:
 
         got, wall = await phase(evaluate)
         recalls = row["figures"]["recalls"]
-        report["evaluation"] = {**_summary(got), "load_seconds": round(wall, 1),
+        report["evaluation"] = {**latency_summary(got), "load_seconds": round(wall, 1),
                                 "load_recalls": recalls}
 
         async with res.db.transaction("bird") as conn:
@@ -108,7 +100,7 @@ async def main() -> None:
                 await asyncio.gather(*(one(q, m, f) for q, m, f in asks[at:at + CONCURRENCY]))
 
         got, wall = await phase(ordinary)
-        report["ordinary"] = {**_summary(got), "load_seconds": round(wall, 1),
+        report["ordinary"] = {**latency_summary(got), "load_seconds": round(wall, 1),
                               "load_recalls": len(asks)}
         for name, figures in report.items():
             print(json.dumps({"phase": name, **figures}))
