@@ -1119,6 +1119,12 @@ VALUES (%(id)s, %(workspace)s, %(actor)s, %(session)s, %(mode)s, %(top)s, %(fami
         %(filters)s, %(query_text)s, %(query_digest)s, %(card_ids)s, %(scores)s, %(excluded)s,
         %(timings)s);
 
+-- name: recall_records_async_commit
+-- A record's transaction commits without waiting for its WAL to reach the disk: a record is a
+-- usage trace, and a crash within the WAL writer's delay (200 ms by default) may lose the last
+-- few; the recall it describes does not wait for an fsync.
+SET LOCAL synchronous_commit TO off;
+
 -- name: recall_records_purge
 -- Delete, in every workspace, at most %(batch)s records older than %(days)s days, oldest first,
 -- through their definer function; how many.

@@ -21,12 +21,15 @@ from shared.store.database import Q
 
 async def insert(conn: AsyncConnection, record_id: uuid.UUID, workspace: str,
                  values: dict[str, Any]) -> None:
-    """Insert one recall's record: ``values`` holds ``actor, session, mode, top, families,
+    """Insert one recall's record, committed without waiting for the disk (query
+    ``recall_records_async_commit``: a crash may lose the last records, never a card);
+    ``values`` holds ``actor, session, mode, top, families,
     filters (a dict), query_text, query_digest, card_ids, scores, excluded, timings (a dict)``.
 
     :raises RecordRefused: PostgreSQL refused the row (the runtime role lacks the privilege, a
         check of the table, or the workspace is gone).
     """
+    await conn.execute(Q.recall_records_async_commit)
     try:
         await conn.execute(Q.recall_records_insert, {
             **values, "id": record_id, "workspace": workspace,
