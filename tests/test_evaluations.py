@@ -12,6 +12,7 @@ import gzip
 import html
 import json
 import re
+import uuid
 
 import msgspec
 from helpers import live_writer, run_cli
@@ -266,7 +267,8 @@ async def test_the_explorer_shows_the_latest_figures_read_only(make_env, explore
         assert "Run an evaluation" not in r.text  # the explorer only reads
 
 
-async def test_the_cli_runs_an_evaluation_and_lists_the_history(make_env, monkeypatch, capsys):
+async def test_the_cli_runs_an_evaluation_and_lists_the_history(make_env, monkeypatch, capsys,
+                                                                 tmp_path):
     async with live_writer(make_env, monkeypatch) as env:
         h = env.token("acme")
         r = await env.client.post(f"{BASE}/import", content=bird_subset("debit_card_specializing"),
@@ -289,6 +291,19 @@ async def test_the_cli_runs_an_evaluation_and_lists_the_history(make_env, monkey
         assert code == 0 and [r["id"] for r in history["runs"]] == [run["id"]]
         code, out, err = await run_cli(capsys, "eval-cases", "--workspace", "acme")
         assert code == 0 and out == {"cases": [], "total": 0}
+        # a curated case added, then edited, from JSON files
+        card = (await env.client.get(BASE, headers=h, params={"per_page": 1})).json()["cards"][0]
+        body = {"question": "which gas station sells the most", "mode": "search",
+                "expected": [card["id"]]}
+        path = tmp_path / "case.json"
+        path.write_text(json.dumps(body))
+        code, added, err = await run_cli(capsys, "eval-case-add", "--workspace", "acme",
+                                         "--data", str(path))
+        assert code == 0, err
+        path.write_text(json.dumps({**body, "note": "edited by the CLI"}))
+        code, edited, err = await run_cli(capsys, "eval-case-update", "--workspace", "acme",
+                                          added["id"], "--data", str(path))
+        assert code == 0 and edited["id"] == added["id"] and edited["note"] == "edited by the CLI"
 
 
 async def test_a_run_stopped_with_its_worker_goes_back_to_the_queue(make_env):
@@ -359,6 +374,23 @@ async def test_curated_cases_in_the_administration_and_from_the_explorer(make_en
         assert "Case added" in page.text and "from its card" in page.text
         [case] = (await env.client.get(f"{BASE}/evaluation-cases", headers=h)).json()["cases"]
         assert case["filters"] == {"database": "superhero"} and case["expected"] == [solved["id"]]
+        # the list links to the case's own form, filled with what is stored; a save replaces it
+        assert f'href="{admin}/evaluation-cases/{case["id"]}/edit"' in page.text
+        edit = await env.client.get(f"{admin}/evaluation-cases/{case['id']}/edit")
+        assert edit.status_code == 200 and "from its card" in edit.text
+        assert f'action="{admin}/evaluation-cases/{case["id"]}"' in edit.text
+        reworded = {**fields, "question": "Which hero is it, in other words?", "note": "reworded"}
+        r = await env.client.post(f"{admin}/evaluation-cases/{case['id']}",
+                                  data={**reworded, "database": "", "expected": ""})
+        assert r.status_code == 422 and "Which hero is it, in other words?" in r.text
+        r = await env.client.post(f"{admin}/evaluation-cases/{case['id']}", data=reworded)
+        assert r.status_code == 303 and "case_saved=" in r.headers["location"]
+        assert "Case saved" in (await env.client.get(r.headers["location"])).text
+        [saved] = (await env.client.get(f"{BASE}/evaluation-cases", headers=h)).json()["cases"]
+        assert (saved["id"], saved["question"], saved["note"]) == (
+            case["id"], "Which hero is it, in other words?", "reworded")
+        assert (await env.client.get(f"{admin}/evaluation-cases/{uuid.uuid4()}/edit")
+                ).status_code == 404
         token = await csrf(env.client, f"{admin}/evaluations")
         r = await env.client.post(f"{admin}/evaluation-cases/{case['id']}/delete",
                                   data={"_csrf_token": token})

@@ -98,7 +98,13 @@ async def seed(env) -> dict[str, Any]:
                                 rebuild.json()["id"], case.json()["id"], run.json()["id"],
                                 f"Delta {ws}", f"Alpha {ws}", f"Beta {ws}",
                                 f"Gamma {ws}", f"rev-{ws}", f"run-{ws}"]}
-    await env.drain()
+    for _ in range(5):  # until the rebuilds and evaluation runs have ended (a burst worker
+        await env.drain()  # stops once its queue is empty, cancelling a job still running)
+        if not env.scalar("SELECT (SELECT count(*) FROM memory.index_rebuilds"
+                          " WHERE status IN ('queued', 'running'))"
+                          " + (SELECT count(*) FROM memory.eval_runs"
+                          " WHERE status IN ('queued', 'running'))"):
+            break
     for ws in ("wa", "wb"):  # a recall, and its record
         r = await env.client.post(f"/api/workspaces/{ws}/memory/search", headers=data["h"][ws],
                                   json={"query": f"Alpha {ws} term"})
@@ -277,6 +283,7 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "index": ["index", *w, "--no-wait"],
         "eval": ["eval", *w, "--no-wait"], "eval-cases": ["eval-cases", *w],
         "eval-case-add": ["eval-case-add", *w, "--data", files["case"]],
+        "eval-case-update": ["eval-case-update", *w, a["case"], "--data", files["case"]],
         "eval-case-delete": ["eval-case-delete", *w, a["case"]],
         "propose": ["propose", *w, "--session", a["session"], "--data", files["propose"]],
         "summary": ["summary", *w, "--session", a["session"]],

@@ -237,6 +237,20 @@ class Evaluations:
             raise InvalidInput(f"no card {', '.join(missing)} in this workspace",
                                field="expected")
 
+    async def case(self, principal: Principal, workspace: str, case_id: str) -> CuratedCase:
+        """One curated case.
+
+        :raises NotFound: no such case in this workspace (another workspace's included).
+        """
+        principal.require(workspace, "memory.manage")
+        cid = _uuid(case_id, "case")
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            row = await evaluations.case_get(conn, cid)
+        if row is None:
+            raise NotFound(f"no case {case_id!r} in this workspace")
+        return curated_view(row)
+
     @audited("case-create")
     async def create_case(self, principal: Principal, workspace: str,
                           body: CaseWrite) -> CuratedCase:

@@ -81,6 +81,7 @@ async def evaluations_page(person: NamedDependency[Person], archive: NamedDepend
                            workspace_id: FromPath[WorkspaceId], queued: FromQuery[Text] = None,
                            busy: FromQuery[Text] = None, case_added: FromQuery[Text] = None,
                            case_deleted: FromQuery[Text] = None,
+                           case_saved: FromQuery[Text] = None,
                            index: FromQuery[Text] = None) -> Response:
     """The workspace's evaluations: the history chart (r@3), the latest finished run's figures
     and misses, every run of the history, and Run (``memory.manage``); the index and model
@@ -90,6 +91,7 @@ async def evaluations_page(person: NamedDependency[Person], archive: NamedDepend
         return render("read_only.html", person)
     return await _evaluations(person, archive, workspace_id, queued=queued, busy=busy,
                               case_added=case_added, case_deleted=case_deleted,
+                              case_saved=case_saved,
                               index_outcome=INDEX_OUTCOMES.get(index or ""))
 
 
@@ -123,7 +125,8 @@ async def _evaluations(person: Person, archive: Archive, workspace_id: str, *,
                   run_page=False, cases=cases, index_state=state, rebuild=rebuild,
                   model_root=archive.model_root, shadow_error=shadow_error,
                   shadow_path=shadow_path, **{"queued": None, "busy": None, "case_added": None,
-                                              "case_deleted": None, "index_outcome": None,
+                                              "case_deleted": None, "case_saved": None,
+                                              "index_outcome": None,
                                               **outcomes})
 
 
@@ -139,7 +142,8 @@ async def evaluation_page(person: NamedDependency[Person], archive: NamedDepende
     return render("evaluations.html", person, runs=[], total=0, latest=run, active=None,
                   chart="", misses=misses, titles=titles, tests=_tests_by_figure(run),
                   queued=None, busy=None, run_page=True, cases=[], case_added=None,
-                  case_deleted=None, index_state=None, rebuild=None, index_outcome=None,
+                  case_deleted=None, case_saved=None, index_state=None, rebuild=None,
+                  index_outcome=None,
                   model_root=None)
 
 
@@ -241,6 +245,30 @@ async def new_case(person: NamedDependency[Person], workspace_id: FromPath[Works
         modes=MODES)
 
 
+CaseId = Annotated[str, Parameter(max_length=40)]
+
+
+@get("/workspaces/{workspace_id:str}/evaluation-cases/{case_id:str}/edit", dependencies=DEPS)
+async def edit_case(person: NamedDependency[Person], archive: NamedDependency[Archive],
+                    workspace_id: FromPath[WorkspaceId], case_id: FromPath[CaseId]) -> Response:
+    """The form of a stored curated case (404: no such case in this workspace)."""
+    if not person.can_manage:
+        return render("read_only.html", person)
+    case = await archive.evaluations.case(person.principal, workspace_id, case_id)
+    form = _case_form(case.question, case.mode, (case.filters.database or "")
+                      if case.filters else "", case.expected, case.match, case.note or "")
+    return render("case_form.html", person, form={**form, "id": case.id}, modes=MODES)
+
+
+@post("/workspaces/{workspace_id:str}/evaluation-cases/{case_id:str}", dependencies=DEPS,
+      opt={"activity": None})
+async def update_case(request: Request, person: NamedDependency[Person],
+                      archive: NamedDependency[Archive], workspace_id: FromPath[WorkspaceId],
+                      case_id: FromPath[CaseId]) -> Response:
+    """Replace the case's fields with the form's, as :func:`create_case` stores a new one."""
+    return await _save_case(request, person, archive, workspace_id, case_id)
+
+
 @post("/workspaces/{workspace_id:str}/evaluation-cases", dependencies=DEPS,
       opt={"activity": None})
 async def create_case(request: Request, person: NamedDependency[Person],
@@ -248,24 +276,37 @@ async def create_case(request: Request, person: NamedDependency[Person],
                       workspace_id: FromPath[WorkspaceId]) -> Response:
     """Store the case of the form and go to the evaluation page; a refused case shows the form
     again as typed, with the reason (422, nothing written)."""
+    return await _save_case(request, person, archive, workspace_id, None)
+
+
+async def _save_case(request: Request, person: Person, archive: Archive, workspace_id: str,
+                     case_id: str | None) -> Response:
+    """The case form's save: a new case (``case_id`` None) or the stored one replaced."""
     data = await request.form()
     values = {k: str(data.get(k) or "")[:4000] for k in
               ("question", "mode", "database", "expected", "match", "note")}
     expected = [line.strip() for line in values["expected"].replace(",", "\n").splitlines()
                 if line.strip()]
-    form = _case_form(values["question"], values["mode"], values["database"].strip(), expected,
-                      values["match"], values["note"])
+    form = {**_case_form(values["question"], values["mode"], values["database"].strip(),
+                         expected, values["match"], values["note"]), "id": case_id}
+    verb = "case-create" if case_id is None else "case-update"
     try:
-        body = await recorded(archive, person, workspace_id, "case-create", lambda: convert(
+        body = await recorded(archive, person, workspace_id, verb, lambda: convert(
             {"question": values["question"], "mode": values["mode"], "expected": expected,
              "match": values["match"] or "any", "note": values["note"] or None,
              "filters": {"database": values["database"].strip()}
              if values["database"].strip() else None}, CaseWrite))
-        case = await archive.evaluations.create_case(person.principal, workspace_id, body)
+        if case_id is None:
+            case = await archive.evaluations.create_case(person.principal, workspace_id, body)
+        else:
+            case = await archive.evaluations.update_case(person.principal, workspace_id,
+                                                         case_id, body)
     except InvalidInput as exc:
         form["error"] = plain_message(exc.message)
         return render("case_form.html", person, status=422, form=form, modes=MODES)
-    return see_other(Urls(workspace_id).evaluations(case_added=case.id))
+    if case_id is None:
+        return see_other(Urls(workspace_id).evaluations(case_added=case.id))
+    return see_other(Urls(workspace_id).evaluations(case_saved=case.id))
 
 
 @post("/workspaces/{workspace_id:str}/evaluation-cases/{case_id:str}/delete", dependencies=DEPS,
@@ -279,4 +320,4 @@ async def delete_case(person: NamedDependency[Person], archive: NamedDependency[
 
 
 HANDLERS = [evaluations_page, evaluation_page, run_evaluation, new_case, create_case,
-            delete_case, shadow_rebuild, switch_back, drop_previous]
+            edit_case, update_case, delete_case, shadow_rebuild, switch_back, drop_previous]
