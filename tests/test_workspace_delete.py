@@ -77,6 +77,9 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
     assert (await env.client.post(f"{mem}/evaluations", headers=h["manage"])).status_code == 202
     await seed_admin_rows(env, ws, h["manage"])  # a browser session, a sign-in link
     await env.drain()
+    r = await env.client.post(f"{mem}/search", headers=h["read"],  # a recall, and its record
+                              json={"query": "when are invoices issued", "mode": "rules"})
+    assert r.status_code == 200 and r.json()["recall_id"], r.text
     return h
 
 
@@ -144,9 +147,9 @@ async def test_workspace_delete_removes_everything_of_one_workspace_only(
         assert record == [("acme", out["removed_by"], "done", out["deleted_rows"])]
         # the other workspace's points and recall are untouched
         assert await index.scroll_ids("other") == other_points
-        r = await recall(env, "other", hb["read"])
-        assert r.status_code == 200 and len(r.json()["results"]) >= 3, r.text
         assert owned_rows(env.migrator_url, "other") == other_before
+        r = await recall(env, "other", hb["read"])  # (which adds its own record)
+        assert r.status_code == 200 and len(r.json()["results"]) >= 3, r.text
         # a new workspace of that id starts empty
         env.workspace("acme")
         h = env.token("acme", "memory.read")
