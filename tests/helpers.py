@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
+import msgspec
 import psycopg
 import pytest
 from litestar import Litestar
@@ -125,6 +126,13 @@ class Env:
         with psycopg.connect(self.migrator_url) as conn:
             return conn.execute(query, params).fetchone()[0]
 
+    def no_automatic_evaluations(self) -> None:
+        """The worker queues no evaluation run of its own (``MEMARC_EVAL_EVERY_HOURS=0``): the
+        runs a test sees are the ones it asked for (an automatic run takes the workspace's one
+        open run and writes activity and runs of its own)."""
+        self.resources.settings = msgspec.structs.replace(self.resources.settings,
+                                                          eval_every_hours=0.0)
+
     def token(self, workspace: str, *permissions: str, **kw: Any) -> dict[str, str]:
         """Headers with a new bearer token of ``workspace`` (default permission
         ``memory.manage``; ``kw`` as :func:`shared.store.bootstrap.create_token`)."""
@@ -170,8 +178,6 @@ async def index_point(env: Env, card_json: dict[str, Any], pid: uuid.UUID | None
     """Write a point straight into the workspace ``acme``'s index, bypassing PostgreSQL (a
     ghost, forged or misplaced point), with real embeddings of every named vector of the card
     (as the projection builds them); ``pid`` defaults to the card's own id. Returns the point id."""
-    import msgspec
-
     from shared.models import Card
     from shared.projection.project import build_points
 

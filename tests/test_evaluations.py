@@ -70,8 +70,7 @@ def _figure(run: dict, mode: str, source: str) -> dict:
 async def test_a_run_recalls_every_case_and_records_figures_and_misses(make_env):
     async with make_env() as env:
         # the worker queues no run of its own (MEMARC_EVAL_EVERY_HOURS=0): these are the API's
-        env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                         eval_every_hours=0.0)
+        env.no_automatic_evaluations()
         h = await _archive(env)
         solved = (await env.client.get(BASE, headers=h, params={
             "family": "solved_question", "per_page": 100})).json()["cards"]
@@ -248,8 +247,7 @@ async def test_the_explorer_shows_the_latest_figures_read_only(make_env, explore
     async with make_env() as env:
         # the worker queues no run of its own (MEMARC_EVAL_EVERY_HOURS=0): a slow drain would
         # otherwise see the import projected and run one before the page is first read
-        env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                         eval_every_hours=0.0)
+        env.no_automatic_evaluations()
         h = await _archive(env)
         ds = explorer(env, {"alice": ["acme"]})
         r = await get(ds, "/-/memory")
@@ -276,8 +274,7 @@ async def test_the_cli_runs_an_evaluation_and_lists_the_history(make_env, monkey
         assert r.status_code == 201
         await env.drain()
         # the worker queues no run of its own (MEMARC_EVAL_EVERY_HOURS=0): this one is the CLI's
-        env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                         eval_every_hours=0.0)
+        env.no_automatic_evaluations()
         async with env.running_worker():
             code, run, err = await run_cli(capsys, "eval", "--workspace", "acme",
                                            "--fail-on-regression", "--misses", "2")
@@ -318,8 +315,7 @@ async def test_a_run_stopped_with_its_worker_goes_back_to_the_queue(make_env):
     async with make_env() as env:
         # the worker queues no run of its own: one queued by its sweep would be the workspace's
         # single open run, and the insert below would queue nothing
-        env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                         eval_every_hours=0.0)
+        env.no_automatic_evaluations()
         h = await _archive(env)
         res = env.resources
         run_id = uuid.uuid4()
@@ -465,8 +461,7 @@ async def test_a_run_chooses_a_similarity_floor_that_recall_marks_and_min_score_
 
     monkeypatch.setattr(similarity_floor, "MIN_EXPECTED", 20)
     async with make_env() as env:
-        env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                         eval_every_hours=0.0)
+        env.no_automatic_evaluations()
         h = await _archive(env)
         solved = (await env.client.get(BASE, headers=h, params={
             "family": "solved_question", "per_page": 5})).json()["cards"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 
-import msgspec
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -160,8 +159,7 @@ async def test_the_explorer_recall_page_is_recorded_under_its_actor(make_env, ex
 
 async def test_an_evaluation_run_and_the_review_neighbours_write_no_record(make_env):
     async with make_env() as env:
-        env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                         eval_every_hours=0.0)
+        env.no_automatic_evaluations()
         h, (rule, definition) = await _archive(env)
         r = await env.client.post(BASE, headers=h, json={
             "family": "solved_question", "title": "Orders of the fiscal year",

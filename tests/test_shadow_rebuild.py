@@ -13,7 +13,6 @@ import json
 import os
 from pathlib import Path
 
-import msgspec
 from helpers import live_writer, run_cli
 from test_evaluations import BASE, _archive, bird_subset, settle
 
@@ -35,13 +34,6 @@ def model_copy(root: Path, name: str, max_tokens: int | None = None) -> Path:
             (folder / f.name).symlink_to(f)
     (folder / "NOTE").write_text(f"a copy for the shadow rebuild test: {name}\n")
     return folder
-
-
-def _quiet(env) -> None:
-    """No scheduled or automatic runs of the worker's own (MEMARC_EVAL_EVERY_HOURS=0): the
-    runs here are the gate's."""
-    env.resources.settings = msgspec.structs.replace(env.resources.settings,
-                                                     eval_every_hours=0.0)
 
 
 async def _state(env, h) -> dict:
@@ -74,7 +66,7 @@ async def test_a_shadow_model_is_switched_in_after_its_evaluation_and_switched_b
     root = tmp_path / "models"
     copy = model_copy(root, "copy")
     async with make_env(model_root=str(root)) as env:
-        _quiet(env)
+        env.no_automatic_evaluations()  # the runs here are the gate's
         h = await _archive(env)
         before = await _state(env, h)
         assert before["previous"] is None and before["current"]["model_path"] is None
@@ -172,7 +164,7 @@ async def test_a_worse_shadow_model_is_declined_unless_forced(make_env, tmp_path
     root = tmp_path / "models"
     worse = model_copy(root, "worse", max_tokens=4)
     async with make_env(model_root=str(root)) as env:
-        _quiet(env)
+        env.no_automatic_evaluations()  # the runs here are the gate's
         h = await _archive(env)
         before = await _state(env, h)
         served = await _top(env, h)
@@ -233,7 +225,7 @@ async def test_the_cli_changes_the_model_through_the_shadow_path(make_env, monke
     root = tmp_path / "models"
     copy = model_copy(root, "copy")
     async with live_writer(make_env, monkeypatch, settings={"model_root": str(root)}) as env:
-        _quiet(env)
+        env.no_automatic_evaluations()  # the runs here are the gate's
         h = env.token("acme")
         r = await env.client.post(f"{BASE}/import", content=bird_subset("debit_card_specializing"),
                                   headers={**h, "Content-Type": "application/x-ndjson"})
@@ -270,7 +262,7 @@ async def test_the_administration_changes_the_model_and_switches_back(make_env, 
     root = tmp_path / "models"
     copy = model_copy(root, "copy")
     async with make_env(model_root=str(root)) as env:
-        _quiet(env)
+        env.no_automatic_evaluations()  # the runs here are the gate's
         h = await _archive(env)
         before = await _state(env, h)
         await sign_in(env.client, h)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import msgspec
 import psycopg
 import pytest
 from admin_helpers import seed_admin_rows
@@ -89,7 +88,7 @@ async def two_workspaces(env, monkeypatch):
     (``MEMARC_EVAL_EVERY_HOURS=0``: the seed's rebuild finishing after its evaluation would make
     one due at a later drain, a row of ``other`` the removal did not write); the seed's own run
     is the API's."""
-    env.resources.settings = msgspec.structs.replace(env.resources.settings, eval_every_hours=0.0)
+    env.no_automatic_evaluations()
     monkeypatch.setenv("MEMARC_DATABASE_URL", env.settings.database_url)
     monkeypatch.setenv("MEMARC_MIGRATOR_DATABASE_URL", env.migrator_url)
     return await seed(env, "acme"), await seed(env, "other")
