@@ -124,8 +124,7 @@ async def test_with_the_query_text_off_a_record_keeps_its_digest_only(make_env):
         assert row["query_digest"] == query_digest(redacted) != query_digest(QUERY)
 
 
-async def test_another_workspace_cannot_read_a_record_and_the_runtime_role_only_inserts(
-        make_env):
+async def test_another_workspace_cannot_read_a_record_nor_write_one(make_env):
     async with make_env() as env:
         h, _ = await _archive(env)
         env.workspace("other")
@@ -135,8 +134,14 @@ async def test_another_workspace_cannot_read_a_record_and_the_runtime_role_only_
         assert as_role(env, "memarc_reader", "acme", select) == [(recall_id,)]
         assert as_role(env, "memarc_reader", "other", select) == []
         assert as_role(env, "memarc_reader", "", select) == []
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            as_role(env, "memarc_runtime", "acme", select)
+        # the runtime role reads its own workspace's records (feedback and the reports check
+        # them, migration 027), never another's, and can neither change nor delete one
+        assert as_role(env, "memarc_runtime", "acme", select) == [(recall_id,)]
+        assert as_role(env, "memarc_runtime", "other", select) == []
+        for change in ("UPDATE memory.recall_records SET top = 2 RETURNING 1",
+                       "DELETE FROM memory.recall_records RETURNING 1"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                as_role(env, "memarc_runtime", "acme", change)
         # nor can a runtime transaction of another workspace write one for acme
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             as_role(env, "memarc_runtime", "other",
@@ -228,7 +233,7 @@ async def test_a_record_postgresql_refuses_is_counted_lost_and_the_recall_answer
         assert r.json()["recall_id"] is None and r.json()["results"][0]["card"]["id"] == rule
         # the table gone altogether: the same
         with psycopg.connect(env.migrator_url, autocommit=True) as conn:
-            conn.execute("DROP TABLE memory.recall_records")
+            conn.execute("DROP TABLE memory.recall_records CASCADE")
         r = await env.client.post(f"{BASE}/search", json={"query": QUERY}, headers=h)
         assert r.status_code == 200 and r.json()["recall_id"] is None and r.json()["results"]
         after, _ = await scrape(env)

@@ -1,7 +1,7 @@
 """Recall records (``recall_records``: migration 026, docs/usage.md).
 
-The runtime role inserts records and runs the purge; it never reads, changes or deletes one
-itself (the reader role reads them). :func:`insert` runs in a transaction of the record's
+The runtime role inserts and reads records (migration 027) and runs the purge; it never
+changes or deletes one itself (the reader role reads them too). :func:`insert` runs in a transaction of the record's
 workspace; :func:`purge` in one without a workspace (its definer function deletes in every
 workspace).
 """
