@@ -12,6 +12,12 @@ each must count its own requests without a duplicate-registration error). What i
 - ``memarc_recall_records_total`` and ``memarc_recall_records_lost_total``: recalls whose
   record (migration 026) was written, and recalls that answered without one because PostgreSQL
   refused it or could not be reached (:meth:`Metrics.observe_recall_record`);
+- ``memarc_recalls_total`` by mode and outcome (``results``: at least one card; ``empty``:
+  none), and ``memarc_recall_feedback_total`` by verdict, surface (``via``: api, mcp,
+  explorer, admin, review) and outcome (``created``, ``updated``, ``unchanged``): the recalls
+  and the feedback this process answered and stored (issue 35), per workspace (a
+  ``workspace`` label) when ``/metrics`` requires its token, totals otherwise
+  (:meth:`Metrics.observe_recall_outcome`, :meth:`Metrics.observe_feedback`);
 - ``memarc_index_info``: the index engine and projection format of the process;
 - the projection queue, read from PostgreSQL at scrape time (:class:`QueueFigures`, passed to
   :meth:`Metrics.exposition`), so any writer reports the figures of every worker:
@@ -31,6 +37,7 @@ ids only: never card content, queries or tokens.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -114,6 +121,10 @@ class Metrics:
             "memarc_recall_records_lost", "Recalls that answered without their record "
             "(recall_id null): PostgreSQL refused it or could not be reached",
             registry=self.registry)
+        #: answered recalls by (workspace, mode, outcome), verdicts by (workspace, verdict,
+        #: via, outcome): exposed per workspace or summed (:meth:`exposition`)
+        self._recalls: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self._feedback: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         self.index = Info("memarc_index", "Index engine and projection format of this process",
                           registry=self.registry)
         self.index.info({"engine": engine, "projection_format": str(projection_format)})
@@ -131,6 +142,15 @@ class Metrics:
             if child is not None:
                 child.observe(seconds)
 
+    def observe_recall_outcome(self, workspace: str, mode: str, results: int) -> None:
+        """Count one answered recall of ``workspace`` in ``mode`` with ``results`` cards."""
+        self._recalls[(workspace, mode, "results" if results else "empty")] += 1
+
+    def observe_feedback(self, workspace: str, verdict: str, via: str, outcome: str) -> None:
+        """Count one verdict stored for ``workspace`` (``outcome``: created, updated or
+        unchanged)."""
+        self._feedback[(workspace, verdict, via, outcome)] += 1
+
     def observe_recall_record(self, written: bool) -> None:
         """Count one recall's record: ``written``, or lost."""
         (self.recall_records if written else self.recall_records_lost).inc()
@@ -145,7 +165,29 @@ class Metrics:
         no workspace id (the writer asks for them only when ``/metrics`` requires its token)."""
         if queue is not None and not per_workspace:
             queue = _totals(queue)
-        return generate_latest(_Scrape(self.registry, list(_queue_families(queue))))  # type: ignore[arg-type]
+        usage = [_usage_family("memarc_recalls", "Recalls answered by this process, by mode "
+                               "and outcome (results: at least one card; empty: none)",
+                               ("mode", "outcome"), self._recalls, per_workspace),
+                 _usage_family("memarc_recall_feedback", "Verdicts on recalled cards stored "
+                               "by this process, by verdict, surface and outcome (created, "
+                               "updated, unchanged)", ("verdict", "via", "outcome"),
+                               self._feedback, per_workspace)]
+        return generate_latest(_Scrape(self.registry, [*usage, *_queue_families(queue)]))  # type: ignore[arg-type]
+
+
+def _usage_family(name: str, documentation: str, labels: tuple[str, ...],
+                  counts: Mapping[tuple[str, ...], int], per_workspace: bool) -> Metric:
+    """A counter family from ``counts`` (keyed by workspace, then ``labels``): one series per
+    workspace and labels when ``per_workspace``, else summed over the workspaces."""
+    named = ("workspace",) if per_workspace else ()
+    family = CounterMetricFamily(name, documentation, labels=(*named, *labels))
+    series: dict[tuple[str, ...], int] = {}
+    for (workspace, *rest), n in counts.items():
+        key = (workspace, *rest) if per_workspace else tuple(rest)
+        series[key] = series.get(key, 0) + n
+    for key, n in sorted(series.items()):
+        family.add_metric(list(key), n)
+    return family
 
 
 class _Scrape:

@@ -393,6 +393,29 @@ class RecallResponse(msgspec.Struct):
     recall_id: str | None = None
 
 
+Verdict = Literal["helpful", "not_helpful", "wrong"]
+#: how feedback reached the archive (``recall_feedback.via``, migration 027)
+FeedbackVia = Literal["api", "mcp", "explorer", "admin", "review"]
+MAX_FEEDBACK_NOTE = 2000
+
+
+class CardVerdict(msgspec.Struct, forbid_unknown_fields=True):
+    """One card's verdict in ``POST .../recalls/{recall_id}/feedback``: ``helpful`` (the card
+    applied and was used), ``not_helpful`` (it did not apply to the question), ``wrong`` (its
+    content is wrong or stale); ``note``: why, for the curators (through the privacy filter)."""
+
+    card_id: CardRef
+    verdict: Verdict
+    note: Annotated[str, Meta(max_length=MAX_FEEDBACK_NOTE)] | None = None
+
+
+class FeedbackRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Body of ``POST .../recalls/{recall_id}/feedback``: verdicts on 1..100 of the cards that
+    recall returned, each card at most once."""
+
+    cards: Annotated[list[CardVerdict], Meta(min_length=1, max_length=MAX_TOP)]
+
+
 def reject_nul(text: str | None, field: str) -> None:
     """:raises InvalidInput: ``text`` contains a NUL character (PostgreSQL text cannot)."""
     if text and "\x00" in text:

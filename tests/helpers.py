@@ -126,6 +126,11 @@ class Env:
         with psycopg.connect(self.migrator_url) as conn:
             return conn.execute(query, params).fetchone()[0]
 
+    def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        """Every row of ``query``, as the database owner (no RLS)."""
+        with psycopg.connect(self.migrator_url) as conn:
+            return conn.execute(query, params).fetchall()
+
     def no_automatic_evaluations(self) -> None:
         """The worker queues no evaluation run of its own (``MEMARC_EVAL_EVERY_HOURS=0``): the
         runs a test sees are the ones it asked for (an automatic run takes the workspace's one

@@ -105,10 +105,17 @@ async def seed(env) -> dict[str, Any]:
                           " + (SELECT count(*) FROM memory.eval_runs"
                           " WHERE status IN ('queued', 'running'))"):
             break
-    for ws in ("wa", "wb"):  # a recall, and its record
+    for ws in ("wa", "wb"):  # a recall, its record, and feedback on its first card
         r = await env.client.post(f"/api/workspaces/{ws}/memory/search", headers=data["h"][ws],
                                   json={"query": f"Alpha {ws} term"})
         assert r.status_code == 200 and r.json()["recall_id"], r.text
+        data[ws]["recall"] = r.json()["recall_id"]
+        data[ws]["secrets"].append(data[ws]["recall"])
+        r = await env.client.post(
+            f"/api/workspaces/{ws}/memory/recalls/{data[ws]['recall']}/feedback",
+            headers=data["h"][ws], json={"cards": [
+                {"card_id": r.json()["results"][0]["card"]["id"], "verdict": "helpful"}]})
+        assert r.status_code == 200, r.text
     return data
 
 
@@ -152,6 +159,8 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
         ("POST", m): card("Intruder"),
         ("PUT", m + "/{card_id}"): {**card("Intruder"), "revision": 1},
         ("POST", m + "/search"): {"query": "alpha term"},
+        ("POST", m + "/recalls/{recall_id}/feedback"): {"cards": [
+            {"card_id": a["card"], "verdict": "not_helpful"}]},
         ("POST", m + "/import"): json.dumps({"key": "x", **card("Intruder")}),
         ("POST", s + "/proposals"): {"proposals": [proposal("Intruder")]},
         ("POST", s + "/review"): {"review_id": "intruder", "decline_all": True},
@@ -179,7 +188,8 @@ def bodies(a: dict[str, Any]) -> dict[tuple[str, str], Any]:
 def fill(path: str, ids: dict[str, Any], workspace: str) -> str:
     return (path.replace("{workspace_id}", workspace).replace("{card_id}", ids["card"])
             .replace("{session_id}", ids["session"]).replace("{rebuild_id}", ids["rebuild"])
-            .replace("{run_id}", ids["run"]).replace("{case_id}", ids["case"]))
+            .replace("{run_id}", ids["run"]).replace("{case_id}", ids["case"])
+            .replace("{recall_id}", ids["recall"]))
 
 
 async def call(env, method: str, path: str, body: Any, headers: dict[str, str]):
@@ -210,7 +220,7 @@ async def _check_route_isolation(env, data: dict[str, Any], table: dict[tuple[st
     # B's token on B's own path with A's ids: 404 or a B-only answer, never A's data
     # (a session id names the caller's own session: proposing or deciding under it creates one;
     # A's card in the body of a decision is refused like any card outside B's workspace, 422)
-    if re.search(r"\{(card|rebuild|session|run|case)_id\}", path) and not (
+    if re.search(r"\{(card|rebuild|session|run|case|recall)_id\}", path) and not (
             path.endswith("/proposals")
             or (method, path) == ("POST", f"{SESSION_PATH}/decisions")):
         url = fill(path, a, "wb")

@@ -33,8 +33,8 @@ from writer.app import create_app
 API = "/api/workspaces/{}/memory"
 #: the tools each permission lists (memory.manage implies memory.read)
 TOOLS_OF = {
-    "memory.manage": {"search", "rules", "solved", "get_card", "list_pending"},
-    "memory.read": {"search", "rules", "solved"},
+    "memory.manage": {"search", "rules", "solved", "feedback", "get_card", "list_pending"},
+    "memory.read": {"search", "rules", "solved", "feedback"},
     "memory.propose": {"propose"},
 }
 RECALL_TOOLS = ("search", "rules", "solved")
@@ -169,8 +169,8 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
                 assert session.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
                 tools = {t.name: t for t in (await session.list_tools()).tools}
                 assert set(tools) == TOOLS_OF["memory.manage"]
-                for tool in tools.values():
-                    assert tool.annotations.read_only_hint is True, tool.name
+                for tool in tools.values():  # feedback stores a verdict: the one writing tool
+                    assert tool.annotations.read_only_hint is (tool.name != "feedback"), tool.name
                     assert tool.input_schema["type"] == "object" and tool.output_schema is None
                 assert "not a similarity" in tools["search"].description
                 for mode in RECALL_TOOLS:
@@ -215,6 +215,20 @@ async def test_mcp_tools_per_permission_over_each_transport(make_env, tmp_path, 
                 assert tools == TOOLS_OF["memory.read"]
                 result = await session.call_tool("rules", {"query": QUERIES["rules"], "top": 5})
                 assert same_recall(doc(result), expected["rules"])
+                # feedback on that recall's first card (issue 35): stored, then replaced
+                recall_id, first = doc(result)["recall_id"], doc(result)["results"][0]["card"]
+                for verdict, change in (("helpful", "created"), ("wrong", "updated")):
+                    out = doc(await session.call_tool("feedback", {
+                        "recall_id": recall_id, "cards": [
+                            {"card_id": first["id"], "verdict": verdict, "note": "via MCP"}]}))
+                    assert out["recall_id"] == recall_id
+                    assert [(c["card_id"], c["verdict"], c["via"], c["change"])
+                            for c in out["cards"]] == [(first["id"], verdict, "mcp", change)]
+                with pytest.raises(MCPError) as exc:  # a card that recall did not return
+                    await session.call_tool("feedback", {"recall_id": recall_id, "cards": [
+                        {"card_id": ids["foreign"], "verdict": "helpful"}]})
+                assert _problem(exc)["code"] == "invalid_input"
+                assert _problem(exc)["field"] == "cards[0].card_id"
                 for name, args in (("propose", {"session": "s1", "proposals": [PROPOSAL]}),
                                    ("get_card", {"card_id": ids["solved"]})):
                     with pytest.raises(MCPError) as exc:

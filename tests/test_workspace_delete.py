@@ -79,6 +79,11 @@ async def seed(env, ws: str) -> dict[str, dict[str, str]]:
     r = await env.client.post(f"{mem}/search", headers=h["read"],  # a recall, and its record
                               json={"query": "when are invoices issued", "mode": "rules"})
     assert r.status_code == 200 and r.json()["recall_id"], r.text
+    first = r.json()["results"][0]["card"]["id"]  # and feedback on it
+    r = await env.client.post(f"{mem}/recalls/{r.json()['recall_id']}/feedback",
+                              headers=h["read"],
+                              json={"cards": [{"card_id": first, "verdict": "helpful"}]})
+    assert r.status_code == 200, r.text
     return h
 
 

@@ -3,7 +3,8 @@
 
 Tools (:data:`TOOLS`): ``search``, ``rules`` and ``solved`` (verified recall in that mode, the
 arguments and the result of ``POST .../memory/search``), ``get_card`` (``GET .../{card_id}``),
-``list_pending`` (``GET .../pending``) and ``propose`` (``POST .../sessions/{s}/proposals``). Each
+``list_pending`` (``GET .../pending``), ``propose`` (``POST .../sessions/{s}/proposals``) and
+``feedback`` (``POST .../recalls/{recall_id}/feedback``). Each
 calls the use case of :meth:`shared.resources.Resources.archive` that the route calls, which checks
 the principal's workspace and permission and writes the activity records; the adapter adds only
 what the writer's boundary adds (the record of a rejected ``propose`` whose arguments never
@@ -46,10 +47,10 @@ from shared import models
 from shared.archive.activity import record_rejection
 from shared.archive.authentication import FailedAuthLog
 from shared.archive.cards import Archive
-from shared.archive.responses import CardDetail, PendingPage
+from shared.archive.responses import CardDetail, FeedbackResult, PendingPage
 from shared.auth import Principal
 from shared.errors import ArchiveError, NotFound
-from shared.models import RecallResponse, SearchRequest
+from shared.models import FeedbackRequest, RecallResponse, SearchRequest
 from shared.archive.responses import ProposeResult
 from shared.workflow.requests import ProposeRequest, SessionId
 from writer.auth import authenticate_header
@@ -156,6 +157,17 @@ ProposeArguments = _arguments_struct(
                                "updates {kind: update, card_id, revision, ...}."})
 
 
+#: ``feedback``: the recall id (the route's path parameter) and the body of the route
+FeedbackArguments = _arguments_struct(
+    "FeedbackArguments", FeedbackRequest,
+    before=(("recall_id", Annotated[str, msgspec.Meta(
+        min_length=1, max_length=40,
+        description="The recall_id of the search, rules or solved answer.")]),),
+    descriptions={"cards": "Verdicts on cards that recall returned: {card_id, verdict: "
+                           "helpful (it applied and you used it) | not_helpful (it did not "
+                           "apply) | wrong (its content is wrong or out of date), note?}."})
+
+
 def _schema(struct: Any) -> dict[str, Any]:
     """The JSON Schema of ``struct`` with an object at its root (as MCP wants) and the schemas
     it refers to under ``$defs``."""
@@ -217,6 +229,11 @@ async def _propose(archive: Archive, principal: Principal, args: Any) -> Propose
                                           ProposeRequest(proposals=args.proposals))
 
 
+async def _feedback(archive: Archive, principal: Principal, args: Any) -> FeedbackResult:
+    return await archive.feedback.give(principal, principal.workspace, args.recall_id,
+                                       FeedbackRequest(cards=args.cards), via="mcp")
+
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "search", "Recall domain memory",
@@ -233,6 +250,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Verified recall of solved questions with the SQL that answered them, as examples "
         "(never an approval of a new query). Returns what `search` returns.",
         "memory.read", SearchArguments, "results", True, _recall("solved")),
+    ToolSpec(
+        "feedback", "Say which recalled cards helped",
+        "After answering, say which cards of a recall (its `recall_id`) helped, did not apply, "
+        "or are wrong; the curators see it, and cards marked wrong are reviewed. One verdict "
+        "per card of a recall; sending another replaces it. Only cards that recall returned. "
+        "Returns the stored verdicts, each with `change` (created, updated, unchanged).",
+        "memory.read", FeedbackArguments, "cards", False, _feedback, activity="feedback"),
     ToolSpec(
         "get_card", "Show a card",
         "One card by id (`mem-<uuid>`) with its incoming links and open operations, as "

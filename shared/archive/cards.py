@@ -52,6 +52,7 @@ from shared.archive.sessions import Workflow
 from shared.archive.schema_changes import SchemaChanges
 from shared.archive.transfer import Transfer
 from shared.archive.evaluations import Evaluations
+from shared.archive.feedback import Feedback
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +103,11 @@ class Archive:
         #: default of a shadow request that names a folder only)
         self.model_root = model_root
         self.dense_model = dense_model
-        self.workflow = Workflow(db, queue)
+        self.workflow = Workflow(db, queue, self.metrics)
         self.schema_changes = SchemaChanges(db, queue)
         self.transfer = Transfer(db, queue)
         self.evaluations = Evaluations(db, queue)
+        self.feedback = Feedback(db, privacy, self.metrics)
 
     # ---- helpers ----
 
@@ -482,6 +484,7 @@ class Archive:
         self.metrics.observe_recall(timings.stages())
         if not record:
             return response
+        self.metrics.observe_recall_outcome(workspace, req.mode, len(response.results))
         return await self.recorder.record(principal, workspace, req, response, timings.stages(),
                                           seconds)
 

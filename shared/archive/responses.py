@@ -20,7 +20,9 @@ from shared.models import Card, IncomingLink, IndexStatus, RecallResponse
 from shared.projection.reconciliation import AuditReport
 from shared.workflow.requests import CardPreview, Decision, FieldChange, PossibleDuplicate
 
-__all__ = ["ActivityEntry", "ActivityPage", "AuditReport", "CardDetail", "CardPage",
+__all__ = ["ActivityEntry", "ActivityPage", "AuditReport", "CardDetail", "CardFeedback",
+           "CardFeedbackEntry", "CardPage", "FeedbackEntry", "FeedbackResult", "RecalledCard",
+           "RecallRecordDetail", "RecallRecordPage", "RecallRecordSummary",
            "DeleteResult", "DependencyStatus", "ImportResult", "OpenOperation",
            "PendingOperation", "PendingPage", "QueuedRebuild", "IndexModel", "IndexState", "Readiness", "RecallResponse",
            "Rebuild", "RetryResult", "WorkspaceStatus", "WriteResult"]
@@ -473,3 +475,107 @@ class SessionDecisions(msgspec.Struct):
     session_id: str
     decisions: list[DecisionRecord]
     counts: dict[str, int]
+
+
+# ---- feedback on recalls (issue 35, migration 027) ----
+
+class FeedbackEntry(msgspec.Struct):
+    """One principal's verdict on one card of one recall. ``via``: api, mcp, explorer, admin,
+    or review (recorded by a review that applied the session's proposals citing the card,
+    ``review_id`` naming it). ``change`` (in the answer of a ``POST``): ``created``,
+    ``updated`` (the verdict or note changed) or ``unchanged``; None when read back."""
+
+    card_id: str
+    actor: str
+    verdict: str
+    note: str | None
+    via: str
+    review_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    change: Literal["created", "updated", "unchanged"] | None = None
+
+
+class FeedbackResult(msgspec.Struct):
+    """Answer of ``POST .../recalls/{recall_id}/feedback``: the verdicts as stored, in the
+    request's order."""
+
+    recall_id: str
+    cards: list[FeedbackEntry]
+
+
+class RecalledCard(msgspec.Struct):
+    """One result of a recorded recall: rank (1 = first), score as the recall answered it, the
+    card's family and title now (None: deleted since), and its verdicts on this recall."""
+
+    rank: int
+    card_id: str
+    score: float
+    family: str | None
+    title: str | None
+    feedback: list[FeedbackEntry]
+
+
+class RecallRecordDetail(msgspec.Struct):
+    """A recall record (``GET .../recalls/{recall_id}``): who asked what (``query_text`` None
+    when MEMARC_RECALL_QUERY_TEXT was off; the digest always), in which session and mode, with
+    which filters, what it returned in rank order with the feedback on each, how many index
+    hits verification dropped, and the time of each stage (milliseconds)."""
+
+    recall_id: str
+    created_at: datetime
+    actor: str
+    session_id: str | None
+    mode: str
+    top: int
+    families: list[str] | None
+    filters: dict[str, Any]
+    query_text: str | None
+    query_digest: str
+    results: list[RecalledCard]
+    excluded: int
+    timings: dict[str, float]
+
+
+class RecallRecordSummary(msgspec.Struct):
+    """A line of the recall records' list: how many results and verdicts."""
+
+    recall_id: str
+    created_at: datetime
+    actor: str
+    session_id: str | None
+    mode: str
+    query_text: str | None
+    results: int
+    verdicts: int
+
+
+class RecallRecordPage(msgspec.Struct):
+    """A page of recall records, newest first."""
+
+    recalls: list[RecallRecordSummary]
+    total: int
+    page: int
+    per_page: int
+
+
+class CardFeedbackEntry(msgspec.Struct):
+    """One verdict on a card with its recall's id, mode and question (None: not kept)."""
+
+    recall_id: str
+    mode: str
+    query_text: str | None
+    actor: str
+    verdict: str
+    note: str | None
+    via: str
+    updated_at: datetime
+
+
+class CardFeedback(msgspec.Struct):
+    """The feedback on one card (its page): verdict counts over the records' retention, and the
+    newest verdicts with the question of the recall each was given on."""
+
+    card_id: str
+    counts: dict[str, int]
+    recent: list[CardFeedbackEntry]

@@ -38,10 +38,12 @@ from typing import Literal
 import msgspec
 
 from shared.archive.activity import audited
+from shared.archive.feedback import record_review_feedback
 from shared.auth import Principal
 from shared.errors import (ArchiveError, Conflict, InvalidInput, NotFound, StaleRevision,
                            SummaryChanged, SummaryVersionRequired)
 from shared.models import Card, CardWrite, Source, card_id_str, clean_session_id, parse_card_id
+from shared.metrics import Metrics
 from shared.projection.queue import ProjectionQueue
 from shared.store import activity, outbox, workspaces
 from shared.store import cards as card_store
@@ -258,9 +260,12 @@ async def _reviewable(conn: Connection, session_id: str, version: str | None,
 class Workflow:
     """Proposals, summary, review and solved-index over one database and projection queue."""
 
-    def __init__(self, db: Database, queue: ProjectionQueue) -> None:
+    def __init__(self, db: Database, queue: ProjectionQueue,
+                 metrics: Metrics | None = None) -> None:
         self.db = db
         self.queue = queue
+        #: counts a review's implicit feedback (``memarc_recall_feedback_total``, via review)
+        self.metrics = metrics
 
     # ---- propose ----
 
@@ -519,18 +524,28 @@ class Workflow:
                 reviewed_by=principal.actor, reviewed_at=datetime.now(timezone.utc), items=[],
                 declined=[k for k in stored if k not in selected], projection=[], note=req.note,
                 through=scope.through, open=scope.later)
+            implicit = 0
             if not req.decline_all:
-                receipt.items, op_ids, receipt.projection = await self._apply(
+                receipt.items, op_ids, receipt.projection, cited = await self._apply(
                     conn, principal, workspace, session_id, req.selected, stored)
+                implicit = await record_review_feedback(conn, principal, workspace, session_id,
+                                                        review_id, cited)
             outcome = await _store_receipt(conn, principal, workspace, receipt, request_digest)
         if op_ids:
             await self.queue.enqueue(workspace, op_ids)
+        if self.metrics is not None:
+            for _ in range(implicit):
+                self.metrics.observe_feedback(workspace, "helpful", "review", "created")
         return outcome
 
     async def _apply(self, conn: Connection, principal: Principal, workspace: str,
                      session_id: str, selection: list[ReviewSelection],
                      stored: dict[str, _Stored],
-                     ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry]]:
+                     ) -> tuple[list[ReviewedItem], list[int], list[ProjectionEntry],
+                                set[uuid.UUID]]:
+        """Write the selected proposals (see :meth:`review`): the receipt's items, the
+        projection operations and entries, and the existing cards the applied proposals link
+        to (the sources they cite, which the review's implicit feedback marks helpful)."""
         selected: list[tuple[str, Draft, ReviewSelection]] = []
         for i, sel in enumerate(selection):
             where, s = f"selected[{i}]", stored[sel.key]
@@ -566,6 +581,7 @@ class Workflow:
             rules.check_links(body.links, where, key=d.key, card_id=ids[d.key], written=ids,
                               session=stored, cards=existing)
         links = [rules.resolve_links(body.links, ids) for body in bodies]
+        cited = _cited(selected) - set(ids.values())
         # 2. write: new cards first (no links yet), then updates and links, inside this transaction
         revisions: dict[str, int] = {}
         linked: dict[str, tuple[list[str], list[str]]] = {}
@@ -615,7 +631,7 @@ class Workflow:
                                       card_id=card_id_str(cid), revision=revision,
                                       family=bodies[n].family, title=bodies[n].title,
                                       links_added=added, links_not_written=skipped))
-        return items, op_ids, projection
+        return items, op_ids, projection, cited
 
     # ---- solved-index ----
 
@@ -726,6 +742,17 @@ class Workflow:
         return SessionDecisions(session_id=session_id,
                                 decisions=[_decision_record(d) for d in rows],
                                 counts=_decision_counts(rows))
+
+
+def _cited(selected: list[tuple[str, Draft, ReviewSelection]]) -> set[uuid.UUID]:
+    """The cards the selected proposals cite: the card ids among the links each proposal gives
+    (the reviewer's edited links when given), not the links an update keeps from its card."""
+    cited: set[uuid.UUID] = set()
+    for _, d, sel in selected:
+        given = sel.edits.links if sel.edits is not None and sel.edits.links is not None \
+            else d.links
+        cited.update(t for link in given or [] if (t := parse_card_id(link.target)) is not None)
+    return cited
 
 
 async def _link_reused(conn: Connection, workspace: str, card_uuid: uuid.UUID,

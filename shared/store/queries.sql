@@ -1129,3 +1129,84 @@ SET LOCAL synchronous_commit TO off;
 -- Delete, in every workspace, at most %(batch)s records older than %(days)s days, oldest first,
 -- through their definer function; how many.
 SELECT recall_records_purge(make_interval(days => %(days)s), %(batch)s) AS purged;
+
+-- ==== feedback: verdicts on recalled cards (shared/store/feedback.py, migration 027) ====
+-- name: feedback_recall_get
+-- One recall record of the workspace (row-level security: another workspace's is not found).
+SELECT id, actor, session_id, mode, top, families, filters, query_text, query_digest,
+       card_ids, scores, excluded, timings, created_at
+FROM recall_records WHERE id = %(id)s;
+
+-- name: feedback_recall_lock
+-- Serialise feedback on one recall by one principal (two identical requests at once: one
+-- inserts, the other sees its rows), until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtextextended('memarc.feedback:' || %(id)s::text || ':'
+                                              || %(actor)s, 0));
+
+-- name: feedback_of_actor
+-- A principal's verdicts on one recall, by card.
+SELECT card_id, verdict, note FROM recall_feedback
+WHERE recall_id = %(id)s AND actor = %(actor)s;
+
+-- name: feedback_upsert
+-- Store a principal's verdicts on cards of one recall (arrays side by side); a card it already
+-- judged on this recall gets the new verdict, note and surface, and a new updated_at only when
+-- the verdict or note changed.
+INSERT INTO recall_feedback AS f (workspace_id, recall_id, card_id, actor, verdict, note, via,
+                                  review_id)
+SELECT %(workspace)s, %(id)s, c.card_id, %(actor)s, c.verdict, c.note, %(via)s, %(review_id)s
+FROM unnest(%(cards)s::uuid[], %(verdicts)s::text[], %(notes)s::text[])
+     AS c (card_id, verdict, note)
+ON CONFLICT (recall_id, card_id, actor) DO UPDATE
+SET verdict = EXCLUDED.verdict, note = EXCLUDED.note, via = EXCLUDED.via,
+    updated_at = CASE WHEN (f.verdict, f.note) IS DISTINCT FROM (EXCLUDED.verdict, EXCLUDED.note)
+                      THEN now() ELSE f.updated_at END
+RETURNING card_id, actor, verdict, note, via, review_id, created_at, updated_at;
+
+-- name: feedback_review_helpful
+-- A review's implicit feedback: `helpful` from the reviewer for each card of %(cards)s on the
+-- session's newest recall that returned it; a verdict the reviewer already gave on that recall
+-- and card stays. The cards recorded.
+INSERT INTO recall_feedback (workspace_id, recall_id, card_id, actor, verdict, via, review_id)
+SELECT DISTINCT ON (c.card_id) %(workspace)s, r.id, c.card_id, %(actor)s, 'helpful', 'review',
+       %(review_id)s
+FROM recall_records r CROSS JOIN LATERAL unnest(r.card_ids) AS c (card_id)
+WHERE r.session_id = %(session)s AND c.card_id = ANY(%(cards)s::uuid[])
+ORDER BY c.card_id, r.created_at DESC
+ON CONFLICT (recall_id, card_id, actor) DO NOTHING
+RETURNING card_id, recall_id;
+
+-- name: feedback_of_recall
+-- Every verdict on one recall, by card then newest first.
+SELECT card_id, actor, verdict, note, via, review_id, created_at, updated_at
+FROM recall_feedback WHERE recall_id = %(id)s
+ORDER BY card_id, updated_at DESC, actor;
+
+-- name: feedback_card_counts
+-- How many verdicts of each kind a card has (within the records' retention).
+SELECT verdict, count(*)::int AS n FROM recall_feedback
+WHERE card_id = %(card_id)s GROUP BY verdict;
+
+-- name: feedback_card_recent
+-- A card's newest verdicts with the question of the recall each was given on.
+SELECT f.recall_id, f.actor, f.verdict, f.note, f.via, f.review_id, f.created_at, f.updated_at,
+       r.query_text, r.mode
+FROM recall_feedback f JOIN recall_records r ON r.id = f.recall_id
+WHERE f.card_id = %(card_id)s
+ORDER BY f.updated_at DESC, f.actor LIMIT %(limit)s;
+
+-- name: feedback_recalls_page
+-- A page of the workspace's recall records, newest first, with how many verdicts each has.
+SELECT r.id, r.actor, r.session_id, r.mode, r.query_text, cardinality(r.card_ids) AS results,
+       r.created_at,
+       (SELECT count(*) FROM recall_feedback f WHERE f.recall_id = r.id)::int AS verdicts
+FROM recall_records r
+WHERE (%(actor)s::text IS NULL OR r.actor = %(actor)s)
+  AND (%(mode)s::text IS NULL OR r.mode = %(mode)s)
+ORDER BY r.created_at DESC, r.id LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: feedback_recalls_count
+-- How many recall records the workspace holds (with the page's filters).
+SELECT count(*)::int AS n FROM recall_records
+WHERE (%(actor)s::text IS NULL OR actor = %(actor)s)
+  AND (%(mode)s::text IS NULL OR mode = %(mode)s);

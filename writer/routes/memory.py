@@ -1,6 +1,7 @@
 """The writer's memory routes (DESIGN §3, §5, §8): the cards of one workspace, their
 administration (``memory.manage``: list, show, create, update, delete, pending, retry, index,
-audit, activity, import and export) and recall (``memory.read``: search, status).
+audit, activity, import and export, the recall records and a card's feedback) and recall
+(``memory.read``: search, status, feedback on a recall's cards).
 
 Handlers parse, call :class:`shared.archive.cards.Archive` (import and export:
 :class:`shared.archive.transfer.Transfer`), return; the workspace router
@@ -21,7 +22,9 @@ from litestar.response import Stream
 
 from shared import models
 from shared.archive.cards import Archive
-from shared.archive.responses import (ActivityPage, AuditReport, CardDetail, CardPage, IndexState,
+from shared.archive.responses import (ActivityPage, AuditReport, CardDetail, CardFeedback,
+                                      CardPage, FeedbackResult, IndexState, RecallRecordDetail,
+                                      RecallRecordPage,
                                       DeleteResult, ImportResult, PendingPage, QueuedRebuild,
                                       RecallResponse, Rebuild, RetryResult, WorkspaceStatus,
                                       WriteResult)
@@ -29,10 +32,10 @@ from shared.archive.transfer import Transfer
 from shared.auth import Principal
 from shared.cards_file import decode_cards_file
 from shared.errors import BadRequest, UnsupportedEncoding
-from shared.models import CardWrite, ImportCard, SearchRequest
+from shared.models import CardWrite, FeedbackRequest, ImportCard, SearchRequest
 from shared.store.listing import ListQuery
 from writer.problems import IMPORT_PROBLEM_RESPONSES, PROBLEM_RESPONSES
-from writer.routes.params import CardId, Offset, RebuildId, Wait, WorkspaceId
+from writer.routes.params import CardId, Offset, RebuildId, RecallId, Wait, WorkspaceId
 
 MAX_IMPORT_BYTES = 64_000_000
 NDJSON = "application/x-ndjson"
@@ -329,6 +332,61 @@ class MemoryController(Controller):
         lines = await transfer.export_cards(principal, workspace_id, family or ())
         first = await anext(lines, None)  # PostgreSQL errors become a problem, not a cut stream
         return Stream(_ndjson(first, lines), media_type=NDJSON)
+
+    @post("/recalls/{recall_id:str}/feedback", responses=PROBLEM_RESPONSES,
+          summary="Feedback on a recall's cards", status_code=200,
+          opt={"permission": "memory.read", "activity": "feedback"})
+    async def feedback(self, archive: NamedDependency[Archive],
+                       principal: NamedDependency[Principal],
+                       workspace_id: FromPath[WorkspaceId], recall_id: FromPath[RecallId],
+                       data: JSONBody[FeedbackRequest]) -> FeedbackResult:
+        """Judge cards a recall returned. Body ``{cards: [{card_id, verdict: helpful |
+        not_helpful | wrong, note?}]}`` (1..100 cards, each once; ``note`` up to 2,000
+        characters, through the privacy filter). One verdict per recall, card and principal:
+        sending another replaces it. Answers the stored verdicts in the request's order, each
+        with ``change`` (``created``, ``updated``, ``unchanged``). Errors: 400 malformed, 403
+        without ``memory.read``, 404 ``not_found`` for a recall that is not this workspace's
+        (never recorded, purged past the retention, or another workspace's: the same answer),
+        422 ``invalid_input`` for a card the recall did not return or deleted since (``field``
+        names it), 503 ``database_unavailable`` / ``privacy_filter_failed``."""
+        return await archive.feedback.give(principal, workspace_id, recall_id, data)
+
+    @get("/recalls", responses=PROBLEM_RESPONSES, summary="Recall records")
+    async def recalls(
+        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+        workspace_id: FromPath[WorkspaceId],
+        actor: FromQuery[Annotated[str | None, Parameter(max_length=300)]] = None,
+        mode: FromQuery[models.Mode | None] = None,
+        page: FromQuery[Annotated[int, Parameter(ge=1, le=1_000_000)]] = 1,
+        per_page: FromQuery[Annotated[int, Parameter(ge=1, le=models.MAX_PER_PAGE)]] = 20,
+    ) -> RecallRecordPage:
+        """A page of the workspace's recall records, newest first: ``{recalls: [{recall_id,
+        created_at, actor, session_id, mode, query_text, results, verdicts}], total, page,
+        per_page}``; ``actor`` (``token:<id>``, ``datasette:<actor>``) and ``mode`` filter.
+        Records older than ``MEMARC_RECALL_RETENTION_DAYS`` are purged."""
+        return await archive.feedback.recalls(principal, workspace_id, actor=actor, mode=mode,
+                                              page=page, per_page=per_page)
+
+    @get("/recalls/{recall_id:str}", responses=PROBLEM_RESPONSES, summary="One recall record")
+    async def recall_record(self, archive: NamedDependency[Archive],
+                            principal: NamedDependency[Principal],
+                            workspace_id: FromPath[WorkspaceId],
+                            recall_id: FromPath[RecallId]) -> RecallRecordDetail:
+        """A recall record: who asked what, in which session, mode and filters, the results in
+        rank order (each card's family and title now, null when deleted since) with the
+        verdicts on each, hits dropped by verification, stage timings (ms). 404 as for
+        feedback."""
+        return await archive.feedback.recall(principal, workspace_id, recall_id)
+
+    @get("/{card_id:str}/feedback", responses=PROBLEM_RESPONSES, summary="A card's feedback")
+    async def card_feedback(self, archive: NamedDependency[Archive],
+                            principal: NamedDependency[Principal],
+                            workspace_id: FromPath[WorkspaceId],
+                            card_id: FromPath[CardId]) -> CardFeedback:
+        """``{card_id, counts: {helpful, not_helpful, wrong}, recent: [{recall_id, mode,
+        query_text, actor, verdict, note, via, updated_at}]}``: the verdicts on the card over
+        the records' retention, and the 20 newest with their recall's question. Errors: 404."""
+        return await archive.feedback.card(principal, workspace_id, card_id)
 
     @get("/{card_id:str}", responses=PROBLEM_RESPONSES, summary="Show a card")
     async def show(self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],

@@ -15,6 +15,8 @@ CardId = Annotated[str, Parameter(description="Card id, mem-<UUID>", max_length=
 SessionId = Annotated[str, Parameter(description="Session id of the caller's workflow",
                                      max_length=200)]
 RebuildId = Annotated[str, Parameter(max_length=40)]
+RecallId = Annotated[str, Parameter(description="Recall id (the recall's `recall_id`, a UUID)",
+                                    max_length=40)]
 Wait = Annotated[float | None, Parameter(
     description="Seconds (0..30) to wait for the index update (a card's projection, or a "
                 "schema-change run's point deletions) to complete",
