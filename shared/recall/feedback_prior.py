@@ -1,7 +1,10 @@
 """A bounded ranking prior from recall feedback (issue 35, part 4): measured, **not wired into
 recall**. ``bench/feedback_prior.py`` measured it on the BIRD workspace's evaluation cases held
 out from the feedback, and ``bench/README.md`` ("Feedback prior") has the figures and the
-decision. Nothing in production imports this module.
+decision: with parameters tuned on the feedback half, no variant gained significantly on any
+mode of the held-out half, and the one setting that moved ranks lost as much as it gained, so no
+fusion profile uses it and feedback stays a curation signal. Nothing in production imports this
+module.
 
 Feedback is a verdict per card of a past recall (migration 027: ``helpful``, ``not_helpful``,
 ``wrong``), read here as a value ``v``: :data:`VERDICT_VALUE` (+1 helpful, -1 otherwise).
@@ -20,6 +23,10 @@ Two priors, each a number ``p(c)`` in (-1, 1) per card ``c``:
   unrelated questions counts for nothing. The similarity of two queries is the cosine of their
   dense vectors (:func:`cosine`; in production the recall record would keep the vector, or
   the caller would look it up), so the caller passes ``(s_r, verdicts_r)`` pairs.
+
+Either prior can be **penalty-only** (:data:`PENALTY_ONLY`: a helpful verdict is worth 0, so
+``p ≤ 0``): a card can only be pushed down by its unhelpful verdicts, and feedback never lifts
+the cards other questions found useful above the ones nobody has judged yet.
 
 Re-ranking (:func:`rerank`): a recall's scored cards ``(card, score)``, scores positive (in
 :mod:`shared.recall.verified`, ``1/(60 + r)`` for the seed at rank ``r`` plus link
@@ -40,31 +47,38 @@ from typing import TypeVar
 
 #: the value of a verdict in the priors
 VERDICT_VALUE: dict[str, float] = {"helpful": 1.0, "not_helpful": -1.0, "wrong": -1.0}
+#: the values of a penalty-only prior: a helpful verdict counts as a verdict (it dilutes the
+#: unhelpful ones) but never lifts a card; ``p`` is then in (-1, 0]
+PENALTY_ONLY: dict[str, float] = {"helpful": 0.0, "not_helpful": -1.0, "wrong": -1.0}
 #: the largest strength β :func:`rerank` accepts (scores move by at most ±50 %)
 MAX_STRENGTH = 0.5
 
 C = TypeVar("C", bound=Hashable)
 
 
-def card_prior(verdicts: Iterable[Mapping[C, str]], smoothing: float) -> dict[C, float]:
+def card_prior(verdicts: Iterable[Mapping[C, str]], smoothing: float,
+               values: Mapping[str, float] = VERDICT_VALUE) -> dict[C, float]:
     """The per-card prior ``(h - u) / (h + u + m)`` (module docstring) of every card named in
-    ``verdicts`` (one ``{card: verdict}`` mapping per past recall), ``m = smoothing > 0``."""
+    ``verdicts`` (one ``{card: verdict}`` mapping per past recall), ``m = smoothing > 0``;
+    ``values``: each verdict's value (:data:`PENALTY_ONLY`: ``-u / (h + u + m)``)."""
     if smoothing <= 0:
         raise ValueError("smoothing must be positive")
     total: dict[C, float] = {}
     count: dict[C, int] = {}
     for recall in verdicts:
         for card, verdict in recall.items():
-            total[card] = total.get(card, 0.0) + VERDICT_VALUE[verdict]
+            total[card] = total.get(card, 0.0) + values[verdict]
             count[card] = count.get(card, 0) + 1
     return {card: total[card] / (count[card] + smoothing) for card in total}
 
 
 def similar_prior(similar: Iterable[tuple[float, Mapping[C, str]]], threshold: float,
-                  smoothing: float) -> dict[C, float]:
+                  smoothing: float, values: Mapping[str, float] = VERDICT_VALUE
+                  ) -> dict[C, float]:
     """The query-similar prior ``Σ s·v / (Σ s + m)`` (module docstring) from past recalls of
     the same mode, given as ``(cosine to this query, {card: verdict})``; recalls below
-    ``threshold`` count for nothing, ``m = smoothing > 0``."""
+    ``threshold`` count for nothing, ``m = smoothing > 0``; ``values`` as in
+    :func:`card_prior`."""
     if smoothing <= 0:
         raise ValueError("smoothing must be positive")
     total: dict[C, float] = {}
@@ -73,7 +87,7 @@ def similar_prior(similar: Iterable[tuple[float, Mapping[C, str]]], threshold: f
         if s < threshold or s <= 0:
             continue
         for card, verdict in recall.items():
-            total[card] = total.get(card, 0.0) + s * VERDICT_VALUE[verdict]
+            total[card] = total.get(card, 0.0) + s * values[verdict]
             weight[card] = weight.get(card, 0.0) + s
     return {card: total[card] / (weight[card] + smoothing) for card in total}
 

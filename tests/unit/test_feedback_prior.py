@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.recall.feedback_prior import (MAX_STRENGTH, card_prior, cosine, rerank,
-                                          similar_prior)
+from shared.recall.feedback_prior import (MAX_STRENGTH, PENALTY_ONLY, card_prior, cosine,
+                                          rerank, similar_prior)
 
 
 def test_card_prior_is_the_smoothed_mean_verdict():
@@ -61,3 +61,11 @@ def test_cosine():
     assert cosine([1.0, 0.0], [2.0, 0.0]) == 1.0
     assert cosine([1.0, 0.0], [0.0, 3.0]) == 0.0
     assert cosine([0.0, 0.0], [1.0, 1.0]) == 0.0
+
+
+def test_penalty_only_priors_never_lift_a_card():
+    verdicts = [{"a": "helpful", "b": "not_helpful"}, {"a": "helpful", "b": "helpful"}]
+    got = card_prior(verdicts, smoothing=1.0, values=PENALTY_ONLY)
+    assert got == {"a": 0.0, "b": pytest.approx(-1 / 3)}  # helpful dilutes, never lifts
+    near = similar_prior([(0.8, {"a": "helpful", "b": "wrong"})], 0.5, 0.2, PENALTY_ONLY)
+    assert near == {"a": 0.0, "b": pytest.approx(-0.8)}
