@@ -132,9 +132,10 @@ async def edit_card(person: NamedDependency[Person], archive: NamedDependency[Ar
     if rev is not None and rev != detail.card.revision:
         saved = created = None
     titles = await _titles(archive, person, workspace_id, [link.target for link in detail.card.links])
+    feedback = await archive.feedback.card(person.principal, workspace_id, card_id)
     return render("card_form.html", person, form=forms.from_card(detail.card), card=detail.card,
                   detail=detail, saved=saved, created=created, retried=retried, titles=titles,
-                  families=models.FAMILIES)
+                  families=models.FAMILIES, feedback=feedback)
 
 
 @post("/workspaces/{workspace_id:str}/cards/{card_id:str}", dependencies=DEPS,

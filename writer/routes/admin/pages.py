@@ -171,6 +171,18 @@ class Urls:
     def evaluation(self, run_id: str) -> str:
         return f"{self.base}/evaluations/{quote(run_id, safe='')}"
 
+    def recalls(self, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/recalls" + (f"?{urlencode(q)}" if q else "")
+
+    def recall(self, recall_id: str, **query: Any) -> str:
+        q = {k: v for k, v in query.items() if v not in (None, "")}
+        return f"{self.base}/recalls/{quote(recall_id, safe='')}" + (
+            f"?{urlencode(q)}" if q else "")
+
+    def recall_feedback(self, recall_id: str) -> str:
+        return f"{self.base}/recalls/{quote(recall_id, safe='')}/feedback"
+
 
 def sessions(request: Request) -> BrowserSessions:
     """The browser sessions over the process's database."""
