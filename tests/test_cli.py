@@ -62,6 +62,30 @@ async def test_cli_creates_lists_and_recalls_a_card(make_env, tmp_path, monkeypa
         assert code == 0 and found["results"] == []
 
 
+async def test_cli_gives_feedback_on_a_recall_and_reads_it_back(make_env, tmp_path, monkeypatch,
+                                                                capsys):
+    async with live_writer(make_env, monkeypatch) as env:
+        cid = await _create(capsys, tmp_path / "card.json")
+        await env.drain()
+        code, found, _ = await run_cli(capsys, "rules", "--workspace", "acme",
+                                       "which day does a week start")
+        recall_id = found["recall_id"]
+        code, out, _ = await run_cli(capsys, "feedback", "--workspace", "acme", recall_id, cid,
+                                     "--wrong", "--note", "weeks start on Sunday here")
+        assert code == 0, out
+        assert [(c["card_id"], c["verdict"], c["note"], c["change"]) for c in out["cards"]] == [
+            (cid, "wrong", "weeks start on Sunday here", "created")]
+        code, record, _ = await run_cli(capsys, "recalls", "--workspace", "acme", recall_id)
+        assert code == 0 and record["results"][0]["card_id"] == cid
+        assert [f["verdict"] for f in record["results"][0]["feedback"]] == ["wrong"]
+        code, page, _ = await run_cli(capsys, "recalls", "--workspace", "acme", "--mode", "rules")
+        assert code == 0 and [r["recall_id"] for r in page["recalls"]] == [recall_id]
+        # a card the recall did not return: the API's 422, exit 2, nothing stored
+        code, out, err = await run_cli(capsys, "feedback", "--workspace", "acme", recall_id,
+                                       "mem-00000000-0000-0000-0000-000000000000", "--helpful")
+        assert code == 2 and out is None and json.loads(err)["code"] == "invalid_input"
+
+
 FAMILIES = "domain_clarification, explained_error, solved_question, sql_rule"
 
 

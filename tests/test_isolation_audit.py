@@ -287,6 +287,8 @@ def cli_argv(a: dict[str, Any], files: dict[str, str]) -> dict[str, list[str]]:
         "delete": ["delete", *w, a["card"], "--yes"], "pending": ["pending", *w],
         "retry": ["retry", *w, a["card"]], "search": ["search", *w, "alpha term"],
         "rules": ["rules", *w, "alpha term"], "solved-search": ["solved-search", *w, "alpha"],
+        "feedback": ["feedback", *w, a["recall"], a["card"], "--helpful"],
+        "recalls": ["recalls", *w],
         "import": ["import", *w, files["import"]], "export": ["export", *w],
         "status": ["status", *w],
         "activity": ["activity", *w], "audit": ["audit", *w],
@@ -337,7 +339,7 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
         # the token that lacks the command's permission: a reader, or the nearest other token
         # (the reviewer gate: a proposing token cannot review, a reviewing one cannot propose)
         lacking = {**dict.fromkeys(("search", "rules", "solved-search", "status", "propose",
-                                    "session"), review_only),
+                                    "feedback", "session"), review_only),
                    **dict.fromkeys(("review-apply", "solved-index"), propose_only)}
         other = data["h"]["wb"]["Authorization"].split()[1]
         try:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 
@@ -854,6 +855,54 @@ def configure_session_parser(subparsers: argparse._SubParsersAction) -> None:
     ls.add_argument("session", help="session id of the caller's workflow")
 
 
+def feedback_command(args: argparse.Namespace) -> Any:
+    """One verdict on cards a recall returned (``POST …/recalls/{recall_id}/feedback``):
+    ``{recall_id, cards: [{card_id, verdict, change, …}]}``."""
+    verdict = "helpful" if args.helpful else "not_helpful" if args.not_helpful else "wrong"
+    body = {"cards": [{"card_id": c, "verdict": verdict,
+                       **({"note": args.note} if args.note else {})} for c in args.card_ids]}
+    return ApiClient().call(
+        "POST", f"{memory_path(args.workspace)}/recalls/{quote(args.recall_id, safe='')}/feedback",
+        json=body)
+
+
+def recalls_command(args: argparse.Namespace) -> Any:
+    """The recall records, newest first (``GET …/recalls``), or one with its results and
+    their verdicts (``GET …/recalls/{recall_id}``)."""
+    api = ApiClient()
+    if args.recall_id:
+        return api.call("GET", f"{memory_path(args.workspace)}/recalls/"
+                               f"{quote(args.recall_id, safe='')}")
+    params = {k: v for k, v in (("mode", args.mode), ("page", args.page),
+                                ("per_page", args.per_page)) if v}
+    return api.call("GET", f"{memory_path(args.workspace)}/recalls", params=params)
+
+
+def configure_feedback_parsers(subparsers: argparse._SubParsersAction) -> None:
+    fb = add_command(subparsers, "feedback",
+                     "Say which cards of a recall helped, did not apply, or are wrong (its "
+                     "recall_id, from the answer of search, rules or solved-search).",
+                     feedback_command, workspace=True)
+    fb.add_argument("recall_id", help="the recall_id of the recall's answer")
+    fb.add_argument("card_ids", nargs="+", metavar="CARD",
+                    help="card id mem-<UUID>, one the recall returned")
+    which = fb.add_mutually_exclusive_group(required=True)
+    which.add_argument("--helpful", action="store_true", help="the cards applied and were used")
+    which.add_argument("--not-helpful", action="store_true",
+                       help="the cards did not apply to the question")
+    which.add_argument("--wrong", action="store_true",
+                       help="the cards' content is wrong or out of date")
+    fb.add_argument("--note", help="why, for the curators (at most 2,000 characters)")
+    rc = add_command(subparsers, "recalls",
+                     "List the workspace's recall records, newest first, or show one with its "
+                     "results and the verdicts on each (memory.manage).", recalls_command,
+                     workspace=True)
+    rc.add_argument("recall_id", nargs="?", help="show this recall")
+    rc.add_argument("--mode", choices=("search", "rules", "solved"), help="only this mode")
+    rc.add_argument("--page", type=int, help="page number (from 1)")
+    rc.add_argument("--per-page", type=int, help="records per page (1..100)")
+
+
 #: The API commands, in the order of ``memarc --help``.
 PARSERS = (
     configure_list_parser, API_CALLS["show"].configure, API_CALLS["retry"].configure,
@@ -863,7 +912,8 @@ PARSERS = (
     API_CALLS["eval-cases"].configure, API_CALLS["eval-case-add"].configure,
     API_CALLS["eval-case-update"].configure, API_CALLS["eval-case-delete"].configure, configure_import_parser,
     configure_export_parser,
-    configure_search_parsers, API_CALLS["propose"].configure, API_CALLS["sessions"].configure,
+    configure_search_parsers, configure_feedback_parsers, API_CALLS["propose"].configure,
+    API_CALLS["sessions"].configure,
     configure_summary_parser,
     configure_review_parser, configure_solved_index_parser,
     configure_session_parser, configure_schema_cleanup_parser,
