@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -311,6 +312,9 @@ def _calls(client: httpx.Client, h: dict[str, str], card: dict) -> dict[str, htt
         "delete": client.delete(f"{BASE}/{cid}", headers=h),
         "retry": client.post(f"{BASE}/{cid}/retry", headers=h),
         "search": client.post(f"{BASE}/search", headers=h, json={"query": "fiscal year"}),
+        "feedback": client.post(f"{BASE}/recalls/{uuid.uuid4()}/feedback", headers=h,
+                                json={"cards": [{"card_id": cid, "verdict": "helpful"}]}),
+        "recalls": client.get(f"{BASE}/recalls", headers=h),
         "status": client.get(f"{BASE}/status", headers=h),
         "pending": client.get(f"{BASE}/pending", headers=h),
         "activity": client.get(f"{BASE}/activity", headers=h),
