@@ -235,7 +235,8 @@ def _result_rows(response: RecallResponse) -> list[dict[str, Any]]:
 
 async def recall_view(datasette: Any, request: Any) -> Response:
     """``/-/memory/{workspace}/-/recall``: the verified recall of the archive, with scores and
-    retrieval paths. The form is a GET, so a search is a shareable URL; a bad search is a 400
+    retrieval paths, and under each result the feedback buttons (:func:`feedback_view`) when the
+    recall was recorded and an actor is signed in (else a sentence why not). The form is a GET, so a search is a shareable URL; a bad search is a 400
     and an unavailable index a 503, both shown with the form."""
     workspace = await access.require_workspace(datasette, request)
     form = params.recall_form(request)

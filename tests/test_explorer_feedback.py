@@ -3,7 +3,8 @@ that POSTs a verdict (Helpful, Not helpful, Wrong, with a note) as ``datasette:<
 ``explorer`` and answers 303 to the recall's record page, which shows the verdict given (the
 pressed button) and a confirmation; only the actor's own recalls of a visible workspace, only a
 signed-in actor, only with Datasette's CSRF token; a bad verdict or a card the recall did not
-return is a 400 that stores nothing. The card page shows the card's feedback.
+return is a 400 that stores nothing; an explorer without the archive's resources answers 503.
+The card page shows the card's feedback.
 
 Through Datasette's own client (asgi-csrf included) as a browser posts: the CSRF token read from
 the page's form and its cookie. Real PostgreSQL, Redis, index and embedding model.
@@ -22,6 +23,7 @@ from psycopg.rows import dict_row
 from test_explorer import explorer, get  # noqa: F401
 from test_recall_records import _archive
 
+from explorer_plugin import resources as explorer_resources
 from explorer_plugin.access import VIEW_WORKSPACE
 
 RULE_TITLE = "Fiscal year starts in April"
@@ -242,3 +244,27 @@ async def test_a_recall_without_a_record_shows_no_buttons_and_says_why(make_env,
         assert "memarc-feedback" not in r.text
         assert "This recall was not recorded (the database did not take its record), so its " \
                "results cannot take feedback." in text(r.text)
+
+
+async def test_an_explorer_without_the_archives_resources_refuses_feedback_with_a_503(
+        make_env, explorer):
+    async with make_env() as env:
+        _, (rule, _) = await _archive(env)
+        _, recall_id, _, _ = await recall_page(explorer(env, {"alice": ["acme"]}))
+        browsing = explorer(env, {"alice": ["acme"]}, shared=False,
+                            database_url=env.settings.database_url, schema="memory")
+        try:
+            # the card page still shows, and says where feedback is
+            r = await get(browsing, f"/-/memory/acme/{rule}")
+            assert r.status_code == 200
+            assert "Feedback is not available in this process" in text(r.text)
+            token = re.search(r'name="csrftoken" value="([^"]+)"', r.text).group(1)
+            r = await post_verdict(browsing, "alice", recall_id, rule, "helpful",
+                                   csrf=(r.cookies.get("ds_csrftoken"), token))
+            assert r.status_code == 503 and "Feedback is not available in this process" in \
+                text(r.text)
+            r = await get(browsing, f"/-/memory/acme/-/recalls/{recall_id}")
+            assert r.status_code == 503
+        finally:
+            await explorer_resources.close(browsing)
+        assert verdicts(env) == []
