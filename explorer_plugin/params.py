@@ -1,4 +1,5 @@
-"""Reading the explorer's query strings: filters, _sort, _page, _size, recall form; unknown refused.
+"""Reading the explorer's query strings (filters, _sort, _page, _size, recall form; unknown
+refused) and its one posted form (a verdict on a recall's card).
 
 Every reader raises :class:`~shared.errors.InvalidInput` (a 400 page) on a bad value, naming the
 parameter; nothing here touches the database.
@@ -10,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from shared.errors import InvalidInput
-from shared.models import MAX_QUERY, MAX_TOP, SORTS, SearchRequest, parse_time_bound
+from shared.models import (MAX_QUERY, MAX_TOP, SORTS, CardVerdict, SearchRequest,
+                           parse_time_bound)
 from shared.models import convert as convert_model
 from shared.store.listing import ListQuery
 
@@ -179,3 +181,22 @@ def search_request(request: Any, query: str) -> SearchRequest:
     if filters:
         body["filters"] = filters
     return convert_model(body, SearchRequest)
+
+
+#: the verdicts as the feedback buttons name them
+VERDICT_LABELS = {"helpful": "Helpful", "not_helpful": "Not helpful", "wrong": "Wrong"}
+
+
+def card_verdict(form: dict[str, str]) -> CardVerdict:
+    """The verdict of a feedback form (``card_id``, ``verdict`` from the button pressed,
+    ``note`` optional; an empty note is none).
+
+    :raises InvalidInput: no button pressed, a verdict not one of the three, a note longer than
+        :data:`~shared.models.MAX_FEEDBACK_NOTE` characters, no card id."""
+    verdict = (form.get("verdict") or "").strip()
+    if not verdict:
+        raise InvalidInput("Choose a verdict: press Helpful, Not helpful or Wrong.",
+                           field="verdict")
+    note = (form.get("note") or "").strip()
+    return convert_model({"card_id": (form.get("card_id") or "").strip(), "verdict": verdict,
+                          "note": note or None}, CardVerdict)

@@ -8,6 +8,7 @@ from datasette import Response
 
 from . import config
 from .export import iso_time
+from .params import VERDICT_LABELS
 from .urls import Urls, crumbs
 
 
@@ -29,10 +30,11 @@ async def page(datasette: Any, request: Any, template: str, context: dict[str, A
                status: int = 200, depth: int = 3) -> Response:
     """``template`` rendered by Datasette (its base template, menu and actor) with ``context``
     and the shared values ``memarc_urls`` (:class:`~explorer_plugin.urls.Urls`), ``fmt_time``
-    (ISO 8601, UTC), ``fmt_age`` and ``crumbs_items`` (breadcrumbs ``depth`` deep, see
+    (ISO 8601, UTC), ``fmt_age``, ``verdict_labels`` (verdict -> its button's label) and ``crumbs_items`` (breadcrumbs ``depth`` deep, see
     :func:`~explorer_plugin.urls.crumbs`; the workspace crumb from ``context["workspace"]``)."""
     urls = Urls(datasette)
     base = {"memarc_urls": urls, "fmt_time": iso_time, "fmt_age": fmt_age,
+            "verdict_labels": VERDICT_LABELS,
             "memarc_admin_url": config.load(datasette).admin_url,
             "crumbs_items": crumbs(urls, depth, context.get("workspace"))}
     html = await datasette.render_template(template, {**base, **context}, request=request,

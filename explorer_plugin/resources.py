@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.archive.cards import Archive
-from shared.errors import DatabaseUnavailable
+from shared.archive.feedback import Feedback
+from shared.errors import DatabaseUnavailable, Unavailable
 from shared.store.database import Database
 
 from . import config
@@ -26,6 +27,9 @@ _STATE_ATTR = "_memarc_explorer_state"
 #: What the recall page says when this process has no index or embedder.
 INDEX_NOT_AVAILABLE = ("The search index is not available in this process (start `memarc up`, "
                        "or configure MEMARC_QDRANT_URL).")
+#: What the pages say of feedback when this explorer runs without the runner's resources.
+FEEDBACK_NOT_AVAILABLE = ("Feedback is not available in this process: it runs with the archive "
+                          "(start `memarc up`, or `memarc explorer` with MEMARC_QDRANT_URL).")
 
 
 @dataclass
@@ -84,6 +88,18 @@ def search_archive(datasette: Any) -> Archive | None:
     if shared is None or shared.index is None or shared.embedder is None:
         return None
     return shared.archive()
+
+
+def feedback(datasette: Any) -> Feedback:
+    """Feedback on recalls and the records of recalls, over the process's resources (no index
+    needed): the recall page's buttons write through it, the record and card pages read.
+
+    :raises Unavailable: this explorer runs without the runner's resources (it only browses).
+    """
+    shared = _shared(datasette)
+    if shared is None:
+        raise Unavailable(FEEDBACK_NOT_AVAILABLE)
+    return shared.archive().feedback
 
 
 async def close(datasette: Any) -> None:

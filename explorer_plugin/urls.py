@@ -44,6 +44,14 @@ class Urls:
     def recall(self, workspace: str) -> str:
         return self.path(f"/-/memory/{workspace}/-/recall")
 
+    def recall_record(self, workspace: str, recall_id: str, saved: str | None = None) -> str:
+        """One of this actor's recalls (``saved``: the card whose verdict was just stored)."""
+        return self.path(f"/-/memory/{workspace}/-/recalls/{recall_id}"
+                         + query_string([("saved", saved)] if saved else []))
+
+    def recall_feedback(self, workspace: str, recall_id: str) -> str:
+        return self.path(f"/-/memory/{workspace}/-/recalls/{recall_id}/feedback")
+
     def activity(self, workspace: str, fmt: str | None = None) -> str:
         return self.path(f"/-/memory/{workspace}/-/activity" + (f".{fmt}" if fmt else ""))
 

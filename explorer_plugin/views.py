@@ -1,4 +1,5 @@
-"""The explorer's pages, one view each (workspaces, cards, card, pending, activity, recall); routes.
+"""The explorer's pages, one view each (workspaces, cards, card, pending, activity, recall, a
+recall's record), the one form it takes (feedback on a recall's card); routes.
 
 A view checks Datasette permissions (:mod:`~explorer_plugin.access`), reads its query string
 (:mod:`~explorer_plugin.params`), calls :mod:`shared.archive.browsing` (or verified recall) and
@@ -10,6 +11,7 @@ exception raised by a view becomes an error page in :mod:`~explorer_plugin.error
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from datasette import Response
@@ -18,7 +20,7 @@ from shared.archive import browsing as browse
 from shared.auth import Principal
 from shared.errors import Forbidden, IndexUnavailable, InvalidInput, Unavailable
 from shared.models import (FAMILIES, FAMILY_FIELDS, MAX_PER_PAGE, MODES, ORIGINS, Card,
-                           RecallResponse, SearchRequest)
+                           FeedbackRequest, RecallResponse, SearchRequest)
 from shared.validation_words import plain_message
 
 from . import access, export, paging, params, render, resources, sign_in, urls
@@ -106,14 +108,22 @@ def _content_fields(card: Card) -> list[tuple[str, Any]]:
 
 async def card_view(datasette: Any, request: Any) -> Response:
     """``/-/memory/{workspace}/{card_id}`` (and ``.json``): a card with its content,
-    dependencies, links both ways and projection status."""
+    dependencies, links both ways, projection status and (the page) its feedback."""
     workspace = await access.require_workspace(datasette, request)
     db = await resources.database(datasette)
     view = await browse.card_view(db, workspace, request.url_vars["card_id"])
     if request.url_vars.get("format") == "json":
         return export.json_response(view)
     card = view.card
+    try:
+        feedback = await resources.feedback(datasette).card(
+            _reader(workspace, actor_name(request) or "datasette:anonymous"), workspace, card.id,
+            role="reader", permission="memory.read")
+        feedback_note = None
+    except Unavailable as exc:  # this explorer only browses, or the read failed: say so
+        feedback, feedback_note = None, plain_message(exc.message)
     return await render.page(datasette, request, "memarc_card.html", {
+        "feedback": feedback, "feedback_note": feedback_note,
         "workspace": workspace,
         "card": card,
         "content": _content_fields(card),
@@ -180,10 +190,31 @@ async def verified_recall(datasette: Any, request: Any, workspace: str, req: Sea
     archive = resources.search_archive(datasette)
     if archive is None:
         raise IndexUnavailable(resources.INDEX_NOT_AVAILABLE)
-    actor_id = (request.actor or {}).get("id") or "anonymous"
-    principal = Principal(workspace=workspace, permissions=frozenset({"memory.read"}),
-                          actor=f"datasette:{actor_id}")
+    principal = _reader(workspace, actor_name(request) or "datasette:anonymous")
     return await archive.search(principal, workspace, req, role="reader")
+
+
+def actor_name(request: Any) -> str | None:
+    """The principal name of the signed-in actor, ``datasette:<actor id>``, or None when the
+    request has no actor with an id (nobody to give feedback as)."""
+    actor_id = (request.actor or {}).get("id")
+    return f"datasette:{actor_id}" if actor_id not in (None, "") else None
+
+
+def _reader(workspace: str, actor: str) -> Principal:
+    """The explorer's principal for ``actor``: ``memory.read`` in ``workspace``."""
+    return Principal(workspace=workspace, permissions=frozenset({"memory.read"}), actor=actor)
+
+
+def _signed_in(request: Any, workspace: str) -> Principal:
+    """The principal of the signed-in actor.
+
+    :raises Forbidden: no actor with an id (feedback and recall records are per person)."""
+    actor = actor_name(request)
+    if actor is None:
+        raise Forbidden(f"Sign in to give feedback (`{sign_in.command(request)}` prints a "
+                        "sign-in link): feedback and recall records are kept per person.")
+    return _reader(workspace, actor)
 
 
 def _result_rows(response: RecallResponse) -> list[dict[str, Any]]:
@@ -204,7 +235,8 @@ def _result_rows(response: RecallResponse) -> list[dict[str, Any]]:
 
 async def recall_view(datasette: Any, request: Any) -> Response:
     """``/-/memory/{workspace}/-/recall``: the verified recall of the archive, with scores and
-    retrieval paths. The form is a GET, so a search is a shareable URL; a bad search is a 400
+    retrieval paths, and under each result the feedback buttons (:func:`feedback_view`) when the
+    recall was recorded and an actor is signed in (else a sentence why not). The form is a GET, so a search is a shareable URL; a bad search is a 400
     and an unavailable index a 503, both shown with the form."""
     workspace = await access.require_workspace(datasette, request)
     form = params.recall_form(request)
@@ -230,7 +262,59 @@ async def recall_view(datasette: Any, request: Any) -> Response:
             status = 503 if isinstance(exc, Unavailable) else 400
     if context["response"] is not None:
         context["results"] = _result_rows(context["response"])
+    context["signed_in"] = actor_name(request) is not None
+    context["sign_in_command"] = sign_in.command(request)
     return await render.page(datasette, request, "memarc_recall.html", context, status=status)
+
+
+async def recall_record_view(datasette: Any, request: Any) -> Response:
+    """``/-/memory/{workspace}/-/recalls/{recall_id}``: one of this actor's own recalls (its
+    question, its results in rank order with the verdict this actor gave each and the feedback
+    buttons); ``saved=<card id>`` adds "Saved: <verdict> for <title>". Another actor's recall,
+    another workspace's or a missing one are the same 404; no signed-in actor is a 403."""
+    workspace = await access.require_workspace(datasette, request)
+    principal = _signed_in(request, workspace)
+    record = await resources.feedback(datasette).recall(
+        principal, workspace, request.url_vars["recall_id"], role="reader",
+        permission="memory.read", actor=principal.actor)
+    results = [{"result": r, "mine": next((f for f in r.feedback if f.actor == principal.actor),
+                                          None)} for r in record.results]
+    saved = next((row for row in results if row["mine"] is not None
+                  and row["result"].card_id == request.args.get("saved")), None)
+    return await render.page(datasette, request, "memarc_recall_record.html", {
+        "workspace": workspace, "record": record, "results": results, "saved": saved,
+    })
+
+
+async def feedback_view(datasette: Any, request: Any) -> Response:
+    """``POST /-/memory/{workspace}/-/recalls/{recall_id}/feedback`` (the buttons' form:
+    ``card_id``, ``verdict``, ``note``; Datasette's CSRF token): store the signed-in actor's
+    verdict (via ``explorer``) and answer 303 to the recall's record page. A ``GET`` goes
+    there too.
+
+    :raises Forbidden: no signed-in actor (403). :raises NotFound: not this actor's recall of
+        this workspace (404). :raises InvalidInput: no or an unknown verdict, a card the recall
+        did not return (400). :raises Unavailable: PostgreSQL or the privacy filter (503)."""
+    workspace = await access.require_workspace(datasette, request)
+    recall_id = request.url_vars["recall_id"]
+    to = urls.Urls(datasette)
+    if request.method != "POST":
+        return Response.redirect(to.recall_record(workspace, recall_id), status=303)
+    principal = _signed_in(request, workspace)
+    verdict = params.card_verdict(await request.post_vars())
+    feedback = resources.feedback(datasette)
+    # only one's own recalls take feedback here (another's is a 404 like a missing one)
+    await feedback.recall(principal, workspace, recall_id, role="reader",
+                          permission="memory.read", actor=principal.actor)
+    try:
+        await feedback.give(principal, workspace, recall_id, FeedbackRequest(cards=[verdict]),
+                            via="explorer")
+    except InvalidInput as exc:  # about the one card of the form: no "cards[0]: " prefix
+        words = re.sub(r"^cards\[0\][.\w]*: ", "", exc.message)
+        exc.message = words[:1].upper() + words[1:]
+        raise
+    return Response.redirect(to.recall_record(workspace, recall_id, saved=verdict.card_id),
+                             status=303)
 
 
 #: ``register_routes``: (regex, view); the first match wins, so the fixed ``-/`` pages come
@@ -241,6 +325,8 @@ ROUTES: list[tuple[str, Any]] = [
     (r"^/-/memory/sign-in$", sign_in.sign_in_view),
     (rf"^/-/memory/{_WS}/-/pending(\.(?P<format>json|csv))?$", pending_view),
     (rf"^/-/memory/{_WS}/-/recall$", recall_view),
+    (rf"^/-/memory/{_WS}/-/recalls/(?P<recall_id>[^/.]+)$", recall_record_view),
+    (rf"^/-/memory/{_WS}/-/recalls/(?P<recall_id>[^/.]+)/feedback$", feedback_view),
     (rf"^/-/memory/{_WS}/-/activity(\.(?P<format>json|csv))?$", activity_view),
     (rf"^/-/memory/{_WS}/(?P<card_id>[^/.]+)(\.(?P<format>json))?$", card_view),
     (rf"^/-/memory/{_WS}(\.(?P<format>json|csv))?$", cards_view),

@@ -13,7 +13,8 @@ each (:func:`record_review_feedback`, called inside the review's transaction).
 The records of recalls are read here too: a page of them (:meth:`Feedback.recalls`), one with
 its results and their verdicts (:meth:`Feedback.recall`), and a card's feedback
 (:meth:`Feedback.card`). Those need ``memory.manage``: a record names the principal that
-asked and holds its question.
+asked and holds its question. The explorer reads them with ``memory.read`` as the reader role:
+a person's own records only (``actor``), and a card's feedback on its card page.
 """
 
 from __future__ import annotations
@@ -157,19 +158,22 @@ class Feedback:
 
     async def recall(self, principal: Principal, workspace: str, recall_id: str, *,
                      role: Literal["runtime", "reader"] = "runtime",
-                     permission: str = "memory.manage") -> RecallRecordDetail:
+                     permission: str = "memory.manage",
+                     actor: str | None = None) -> RecallRecordDetail:
         """One recall record with its results in rank order (each with the card's family and
         title now, None when deleted since) and the verdicts on each. ``role``/``permission``:
-        the explorer reads its own recall page's record as the reader role with ``memory.read``.
+        the explorer reads its own recall page's record as the reader role with ``memory.read``;
+        ``actor``: only a record of that actor (the explorer shows a person its own recalls).
 
-        :raises NotFound: no such recall in this workspace (see :meth:`give`).
+        :raises NotFound: no such recall in this workspace (see :meth:`give`), or one of
+            another actor than ``actor`` (answered as for a missing one).
         :raises Forbidden: the principal lacks ``permission``."""
         principal.require(workspace, permission)
         recall_uuid = _recall_uuid(recall_id)
         async with self.db.transaction(workspace, read_only=True, role=role) as conn:
             await workspaces.get(conn, workspace)
             record = await store.recall(conn, recall_uuid)
-            if record is None:
+            if record is None or (actor is not None and record["actor"] != actor):
                 raise NotFound(f"no recall {recall_id!r} in this workspace")
             cards = await get_many(conn, list(record["card_ids"]))
             verdicts = await store.of_recall(conn, recall_uuid)
