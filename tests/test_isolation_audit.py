@@ -362,8 +362,9 @@ async def test_every_cli_command_refuses_other_workspaces_and_missing_permission
 
 # ---- explorer ----
 
-def explorer_urls(ws: str, card_id: str) -> list[str]:
-    """Every explorer page of a workspace in every format its route accepts."""
+def explorer_urls(ws: str, card_id: str, recall_id: str) -> list[str]:
+    """Every explorer page of a workspace in every format its route accepts (a card's and a
+    recall's with the ids given)."""
     from explorer_plugin.views import ROUTES
 
     urls = []
@@ -372,6 +373,7 @@ def explorer_urls(ws: str, card_id: str) -> list[str]:
             continue
         path = re.sub(r"\(\?P<workspace>[^)]*\)", ws, pattern)
         path = re.sub(r"\(\?P<card_id>[^)]*\)", card_id, path)
+        path = re.sub(r"\(\?P<recall_id>[^)]*\)", recall_id, path)
         fmt = re.search(r"\(\\\.\(\?P<format>([a-z|]+)\)\)\?", path)
         base = re.sub(r"\(\\\.\(\?P<format>[a-z|]+\)\)\?", "", path).strip("^$")
         urls.append(base)
@@ -389,8 +391,9 @@ async def test_explorer_pages_and_exports_show_nothing_of_another_workspace(make
         ds = Datasette(memory=False, metadata={"plugins": {"memarc-explorer": {
             "database_url": env.settings.database_url, "workspaces": {"bob": ["wb"]}}}})
         ds.memarc_resources = env.resources
-        urls = explorer_urls("wa", a["card"])
+        urls = explorer_urls("wa", a["card"], a["recall"])
         assert len(urls) >= 10, urls
+        assert not [u for u in urls if "(?P<" in u], "name the new route's id here"
         for who, cookies in (("bob", {"ds_actor": ds.sign({"a": {"id": "bob"}}, "actor")}),
                              ("anonymous", {})):
             for url in urls:
@@ -402,8 +405,17 @@ async def test_explorer_pages_and_exports_show_nothing_of_another_workspace(make
             r = await ds.client.get("/-/memory.json", cookies=cookies)
             assert "wa" not in [w.get("id") if isinstance(w, dict) else w
                                 for w in r.json().get("workspaces", [])], (who, r.text)
-        # bob's own workspace works (the check above is not vacuous)
+        # bob's own workspace works (the check above is not vacuous), but not with wa's ids
         bob = {"ds_actor": ds.sign({"a": {"id": "bob"}}, "actor")}
+        for url in explorer_urls("wb", a["card"], a["recall"]):
+            if a["card"] in url or a["recall"] in url:
+                with subtests.test(actor="bob", url=url, ids="wa's"):
+                    r = await ds.client.get(url, cookies=bob)
+                    if r.status_code == 303:  # a GET of the feedback form's target: its page
+                        assert r.headers["location"] == url.removesuffix("/feedback"), url
+                        r = await ds.client.get(r.headers["location"], cookies=bob)
+                    assert r.status_code == 404, (url, r.status_code)
+                    assert_no_secrets(r.text, [x for x in a["secrets"] if x not in url], url)
         r = await ds.client.get("/-/memory/wb.json", cookies=bob)
         assert r.status_code == 200 and data["wb"]["card"] in r.text
 
