@@ -1,8 +1,9 @@
 """The archive's use cases (:class:`Archive`): card administration, index lifecycle, recall.
 
 The archive also holds the other use cases over the same database and queue: the session
-workflow (``.workflow``), the schema-change cleanup (``.schema_changes``) and the import and
-export of cards files (``.transfer``, :mod:`shared.archive.transfer`).
+workflow (``.workflow``), the schema-change cleanup (``.schema_changes``), the import and
+export of cards files (``.transfer``, :mod:`shared.archive.transfer`) and the curation reports
+(``.reports``, :mod:`shared.archive.reports`).
 
 Every surface (writer API, CLI, explorer, importer) calls these, on the archive that
 :meth:`shared.resources.Resources.archive` builds. Each method checks the principal again
@@ -53,6 +54,7 @@ from shared.archive.schema_changes import SchemaChanges
 from shared.archive.transfer import Transfer
 from shared.archive.evaluations import Evaluations
 from shared.archive.feedback import Feedback
+from shared.archive.reports import Reports
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,8 @@ class Archive:
         self.transfer = Transfer(db, queue)
         self.evaluations = Evaluations(db, queue)
         self.feedback = Feedback(db, privacy, self.metrics)
+        #: the curation reports (never recalled, unhelpful, conflicts)
+        self.reports = Reports(db, index, embedder)
 
     # ---- helpers ----
 

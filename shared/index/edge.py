@@ -43,6 +43,8 @@ POINTER_FILE = "current.json"
 META_FILE = "meta.json"
 SHARD_DIR = "shard"
 SCROLL_PAGE = 1000
+#: ids whose neighbours one call reads and searches (:meth:`QdrantEdgeEngine.neighbours`)
+NEIGHBOUR_BATCH = 128
 # keyword payload indexes (the same fields the server path indexes)
 INDEXED_FIELDS = ("family", "scope", "concepts")
 NESTED_INDEXED_FIELDS = (("deps", "database"), ("deps", "table"))
@@ -449,6 +451,45 @@ class QdrantEdgeEngine:
         responses = await self._call(run)
         return {name: {uuid.UUID(str(p.id)): float(p.score) for p in resp}
                 for name, resp in zip(names, responses)}
+
+    async def neighbours(self, workspace: str, ids: list[uuid.UUID], vector: str,
+                         flt: IndexFilter, limit: int, *,
+                         collection: str | None = None) -> dict[uuid.UUID, list[Hit]]:
+        """See :meth:`IndexEngine.neighbours`: ``retrieve`` then one ``query_batch`` per
+        :data:`NEIGHBOUR_BATCH` ids (the lock is released between batches, so recall is not
+        held up for the whole report).
+
+        :raises IndexUnavailable: the collection does not exist."""
+        import qdrant_edge as qe
+
+        qfilter = _edge_filter(flt)
+
+        def run(chunk: list[uuid.UUID]) -> dict[uuid.UUID, list[Hit]]:
+            physical = self._target(workspace, collection)
+            if physical is None:
+                raise IndexUnavailable(f"no collection {collection or self.collection(workspace)!r}")
+            shard = self._shard(physical)
+            stored = {}
+            for r in shard.retrieve(list(chunk), with_payload=False, with_vector=[vector]):
+                vec = r.vector.get(vector) if isinstance(r.vector, dict) else None
+                if vec is not None:
+                    stored[uuid.UUID(str(r.id))] = list(vec)
+            order = list(stored)
+            requests = [qe.QueryRequest(limit=limit + 1,
+                                        query=qe.Query.Nearest(stored[i], using=vector),
+                                        filter=qfilter, with_payload=["revision", "format"])
+                        for i in order]
+            responses = shard.query_batch(qe.QueryBatchRequest(requests)) if requests else []
+            return {i: [Hit(uuid.UUID(str(p.id)), (p.payload or {}).get("revision"),
+                            (p.payload or {}).get("format"), float(p.score))
+                        for p in resp if uuid.UUID(str(p.id)) != i][:limit]
+                    for i, resp in zip(order, responses)}
+
+        out: dict[uuid.UUID, list[Hit]] = {}
+        for start in range(0, len(ids), NEIGHBOUR_BATCH):
+            chunk = ids[start:start + NEIGHBOUR_BATCH]
+            out.update(await self._call(lambda: run(chunk)))
+        return out
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """See :meth:`IndexEngine.scroll_ids`."""

@@ -192,6 +192,15 @@ class IndexEngine(Protocol):
         missing) absent. One batch, one request per name restricted to ``ids`` (the similarity
         of a recall result that no dense branch ranked, :mod:`shared.recall.verified`)."""
 
+    async def neighbours(self, workspace: str, ids: list[uuid.UUID], vector: str,
+                         flt: IndexFilter, limit: int, *,
+                         collection: str | None = None) -> dict[uuid.UUID, list[Hit]]:
+        """For each of ``ids``, the ``limit`` points nearest to its own stored dense vector
+        ``vector`` (cosine similarity, -1..1, best first) among the points matching ``flt``,
+        itself left out: ``{id: hits}``; an id without a point, or without that vector, is
+        absent. The stored vectors are read and searched in batches (the curation reports'
+        conflicts, :mod:`shared.archive.reports`)."""
+
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """Every point id of the collection with its payload (for audits and rebuilds)."""
 

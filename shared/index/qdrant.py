@@ -48,6 +48,9 @@ def _qdrant_filter(flt: IndexFilter) -> Any:
     return qm.Filter(must=must or None, must_not=must_not or None)
 
 
+#: ids whose neighbours one call reads and searches (:meth:`QdrantClientEngine.neighbours`)
+NEIGHBOUR_BATCH = 128
+
 #: HTTP statuses of a Qdrant server that mean "not available now" (overloaded, restarting, a
 #: proxy without its upstream, a collection dropped under a running request), not a bad request
 UNAVAILABLE_STATUSES = frozenset({404, 408, 429, 500, 502, 503, 504})
@@ -341,6 +344,37 @@ class QdrantClientEngine:
         responses = await self._call(lambda c: c.query_batch_points(name, requests=requests))
         return {vector: {uuid.UUID(str(p.id)): float(p.score) for p in resp.points}
                 for vector, resp in zip(names, responses)}
+
+    async def neighbours(self, workspace: str, ids: list[uuid.UUID], vector: str,
+                         flt: IndexFilter, limit: int, *,
+                         collection: str | None = None) -> dict[uuid.UUID, list[Hit]]:
+        """See :meth:`IndexEngine.neighbours`: ``retrieve`` then ``query_batch_points``, in
+        batches of :data:`NEIGHBOUR_BATCH` ids."""
+        from qdrant_client import models as qm
+
+        name = collection or self.collection(workspace)
+        qfilter = _qdrant_filter(flt)
+
+        def run(client: Any, chunk: list[uuid.UUID]) -> dict[uuid.UUID, list[Hit]]:
+            points = client.retrieve(name, ids=[str(i) for i in chunk], with_payload=False,
+                                     with_vectors=[vector])
+            stored = {uuid.UUID(str(p.id)): p.vector[vector] for p in points
+                      if isinstance(p.vector, dict) and vector in p.vector}
+            order = list(stored)
+            requests = [qm.QueryRequest(query=stored[i], using=vector, filter=qfilter,
+                                        limit=limit + 1, with_payload=["revision", "format"])
+                        for i in order]
+            responses = client.query_batch_points(name, requests=requests) if requests else []
+            return {i: [Hit(uuid.UUID(str(p.id)), (p.payload or {}).get("revision"),
+                            (p.payload or {}).get("format"), float(p.score))
+                        for p in resp.points if uuid.UUID(str(p.id)) != i][:limit]
+                    for i, resp in zip(order, responses)}
+
+        out: dict[uuid.UUID, list[Hit]] = {}
+        for start in range(0, len(ids), NEIGHBOUR_BATCH):
+            chunk = ids[start:start + NEIGHBOUR_BATCH]
+            out.update(await self._call(lambda c: run(c, chunk)))
+        return out
 
     async def scroll_ids(self, workspace: str, collection: str | None = None) -> dict[uuid.UUID, dict[str, Any]]:
         """See :meth:`IndexEngine.scroll_ids`."""

@@ -89,6 +89,16 @@ async def text_matches(conn: AsyncConnection, query: ListQuery) -> list[uuid.UUI
     return [row["id"] for row in await cur.fetchall()]
 
 
+def card_filter(query: ListQuery) -> tuple[sql.Composable, dict[str, Any]]:
+    """The WHERE condition (over ``cards c``) and parameters of ``query``'s filters, as the card
+    list applies them (the curation reports filter their cards with it); sort and page are the
+    caller's.
+
+    :raises InvalidInput: any filter out of bounds.
+    """
+    return _list_where(query)
+
+
 def _list_where(query: ListQuery, skip: str | None = None,
                 matches: list[uuid.UUID] | None = None) -> tuple[sql.Composable, dict[str, Any]]:
     """WHERE clause and parameters of a listing; ``skip`` leaves out one facet's own filter;

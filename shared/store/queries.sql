@@ -1210,3 +1210,59 @@ ORDER BY r.created_at DESC, r.id LIMIT %(limit)s OFFSET %(offset)s;
 SELECT count(*)::int AS n FROM recall_records
 WHERE (%(actor)s::text IS NULL OR actor = %(actor)s)
   AND (%(mode)s::text IS NULL OR mode = %(mode)s);
+
+-- ==== reports: the curation reports (shared/store/reports.py; the filters are composed there) ====
+-- name: reports_conflict_cards
+-- Every card of the families in %(families)s that has a current projection (the index can
+-- compare it): id, family, scope and revision, and the objects its dependencies name, each to
+-- the table (`database`, `database.schema`, `database.schema.table` or `database.table`: the
+-- levels given, the column left out), for the conflicts report.
+SELECT c.id, c.family, c.scope, c.revision,
+       coalesce((SELECT array_agg(DISTINCT concat_ws('.', d.database_name, d.schema_name,
+                                                     d.table_name))
+                 FROM card_dependencies d WHERE d.card_id = c.id), '{}') AS tables
+FROM cards c JOIN projections p ON p.card_id = c.id AND p.revision = c.revision
+WHERE c.family = ANY(%(families)s);
+
+-- name: reports_state
+-- What the conflicts report's answer depends on: the number of cards and of projections, and
+-- the latest change of either (a cached report is reused while these are unchanged).
+SELECT (SELECT count(*) FROM cards) AS cards, (SELECT max(updated_at) FROM cards) AS updated,
+       (SELECT count(*) FROM projections) AS projected,
+       (SELECT max(projected_at) FROM projections) AS projected_at;
+
+-- name: reports_never_recalled
+-- A page of the cards (filters composed into {cond}, over cards c) that no recall record of the
+-- last %(days)s days returned, with the newest record that returned each at all, sorted by
+-- {order}; `total` is the count of every such card (the page's rows all carry it).
+WITH hits AS (
+    SELECT x.card_id, max(r.created_at) AS last_recalled,
+           count(*) FILTER (WHERE r.created_at >= now() - make_interval(days => %(days)s)) AS recalls
+    FROM recall_records r, unnest(r.card_ids) AS x(card_id) GROUP BY 1)
+SELECT c.id, c.family, c.title, c.created_at, h.last_recalled, coalesce(h.recalls, 0) AS recalls,
+       count(*) OVER () AS total
+FROM cards c LEFT JOIN hits h ON h.card_id = c.id
+WHERE coalesce(h.recalls, 0) = 0 AND {cond}
+ORDER BY {order} LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: reports_unhelpful
+-- A page of the cards (filters in {cond}) with at least %(min_feedback)s not_helpful or wrong
+-- verdicts on the recall records of the last %(days)s days: how many of those records returned
+-- each card, and the verdicts on them by kind, sorted by {order}; `total` as above.
+WITH win AS (
+    SELECT id, card_ids FROM recall_records
+    WHERE created_at >= now() - make_interval(days => %(days)s)),
+r AS (SELECT x.card_id, count(*) AS recalls FROM win, unnest(win.card_ids) AS x(card_id) GROUP BY 1),
+f AS (SELECT fb.card_id, count(*) FILTER (WHERE fb.verdict = 'helpful') AS helpful,
+             count(*) FILTER (WHERE fb.verdict = 'not_helpful') AS not_helpful,
+             count(*) FILTER (WHERE fb.verdict = 'wrong') AS wrong
+      FROM recall_feedback fb JOIN win ON win.id = fb.recall_id GROUP BY 1)
+SELECT c.id, c.family, c.title, c.created_at, coalesce(r.recalls, 0) AS recalls,
+       f.helpful, f.not_helpful, f.wrong, count(*) OVER () AS total
+FROM cards c JOIN f ON f.card_id = c.id LEFT JOIN r ON r.card_id = c.id
+WHERE f.not_helpful + f.wrong >= %(min_feedback)s AND {cond}
+ORDER BY {order} LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: reports_matching_cards
+-- Ids of the cards matching the filters composed into {cond} (over cards c).
+SELECT c.id FROM cards c WHERE {cond};

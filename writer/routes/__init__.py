@@ -1,6 +1,7 @@
 """The writer's routes, by area: :mod:`~writer.routes.memory` (cards, recall, index, import and
 export), :mod:`~writer.routes.sessions` (the session workflow), :mod:`~writer.routes.schema_changes`
-(schema-change cleanup), :mod:`~writer.routes.evaluations` (recall evaluations) and
+(schema-change cleanup), :mod:`~writer.routes.evaluations` (recall evaluations), :mod:`~writer.routes.reports` (the
+curation reports) and
 :mod:`~writer.routes.health` (liveness, readiness).
 
 Every archive route sits under one :class:`~litestar.Router`, :func:`workspace_router`, which
@@ -25,6 +26,7 @@ from shared.archive.sessions import Workflow
 from writer.auth import authorize, provide_principal, reject_unknown_query
 from writer.routes.evaluations import EvaluationCaseController, EvaluationController
 from writer.routes.memory import MemoryController
+from writer.routes.reports import ReportController
 from writer.routes.schema_changes import SchemaChangeController
 from writer.routes.sessions import SessionController, list_sessions
 
@@ -61,7 +63,7 @@ def workspace_router() -> Router:
     app: Litestar binds a router to the app that registers it)."""
     return Router(
         WORKSPACE_PATH,
-        route_handlers=[MemoryController, SessionController, list_sessions,
+        route_handlers=[MemoryController, ReportController, SessionController, list_sessions,
                         SchemaChangeController, EvaluationController,
                         EvaluationCaseController],
         guards=[authorize, reject_unknown_query],
