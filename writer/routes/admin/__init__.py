@@ -26,7 +26,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
 from shared.config import Settings
-from writer.routes.admin import (auth, cards, evaluations, pending, recalls, review,
+from writer.routes.admin import (auth, cards, evaluations, pending, recalls, reports, review,
                                  schema_changes)
 from writer.routes.admin.pages import EXCEPTION_HANDLERS, PREFIX, same_origin
 
@@ -57,7 +57,8 @@ class AdminPlugin(InitPlugin):
         app_config.route_handlers.append(Router(
             PREFIX, route_handlers=[*auth.HANDLERS, *cards.HANDLERS, *pending.HANDLERS,
                                     *review.HANDLERS, *schema_changes.HANDLERS,
-                                    *evaluations.HANDLERS, *recalls.HANDLERS],
+                                    *evaluations.HANDLERS, *recalls.HANDLERS,
+                                    *reports.HANDLERS],
             exception_handlers=EXCEPTION_HANDLERS, guards=[same_origin],
             include_in_schema=False, opt={"activity": None}))
         app_config.route_handlers.append(create_static_files_router(

@@ -164,6 +164,15 @@ class Urls:
         return f"{self.base}/sessions/{quote(session_id, safe='')}" + (
             f"?{urlencode(q)}" if q else "")
 
+    def report(self, name: str, suffix: str = "", **query: Any) -> str:
+        """A curation report's page (``suffix``: ``.json`` or ``.csv`` for its downloads)."""
+        q = {k: v for k, v in query.items() if v not in (None, "", [])}
+        return f"{self.base}/reports/{name}{suffix}" + (f"?{urlencode(q, doseq=True)}" if q else "")
+
+    def merge(self, a: str, b: str) -> str:
+        """Two cards side by side, to keep one and delete the other (the conflicts report)."""
+        return f"{self.base}/reports/merge?{urlencode({'a': a, 'b': b})}"
+
     def evaluations(self, **query: Any) -> str:
         q = {k: v for k, v in query.items() if v not in (None, "")}
         return f"{self.base}/evaluations" + (f"?{urlencode(q)}" if q else "")
