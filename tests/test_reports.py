@@ -175,6 +175,9 @@ async def test_conflicts_puts_the_contradiction_first_then_the_duplicate(make_en
             ("conflict", {a30, a90}), ("duplicate", {ca, cb})]
         first = pairs[0]
         assert first["family"] == "domain_clarification" and first["similarity"] >= 0.8
+        assert first["values_differ"] is True and pairs[1]["values_differ"] is False
+        only = {first[s]["id"]: first[s]["only"] for s in ("a", "b")}
+        assert only[a30] == ["30"] and only[a90] == ["90"]
         assert "same scope 'sales'" in first["why"]
         assert "same objects: shop.public.customers" in first["why"]
         texts = {first[s]["id"]: first[s]["text"] for s in ("a", "b")}

@@ -12,7 +12,8 @@ records, the feedback and the index say about the cards, for the people who cura
   each other in the workspace's own index: each current card's stored ``key`` vector is
   searched among the cards of its family (:meth:`shared.index.engine.IndexEngine.neighbours`),
   no second index. Pairs whose texts differ (the same term defined twice, two rules for one
-  column: possible contradictions) come before exact duplicates.
+  column: possible contradictions), those whose numbers or quoted values differ first, come
+  before duplicates (the same words).
 
 Each report filters its cards as the card list does (:class:`~shared.store.listing.ListQuery`:
 text, family, origin, concepts, dependency), sorts and pages; each needs ``memory.manage``.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import time
 import unicodedata
 import uuid
@@ -109,13 +111,14 @@ class UnhelpfulPage(msgspec.Struct, kw_only=True):
 
 
 class ConflictCard(msgspec.Struct, kw_only=True):
-    """One card of a pair: its key text (what was compared) and the objects its dependencies
-    name (to the table)."""
+    """One card of a pair: its key text (what was compared), the words of that text the other
+    card's lacks (``only``, at most 10), and the objects its dependencies name (to the table)."""
 
     id: str
     title: str
     scope: str | None
     text: str
+    only: list[str]
     objects: list[str]
 
 
@@ -124,14 +127,17 @@ class ConflictPair(msgspec.Struct, kw_only=True):
 
     ``similarity``: the cosine similarity of their stored ``key`` vectors (-1..1); ``kind``:
     ``conflict`` when their key texts differ (near, not equal: a possible contradiction),
-    ``duplicate`` when they are equal once case and spacing are ignored; ``why``: why the pair
-    is a candidate (the shared scope, the shared objects or a workspace-wide side)."""
+    ``duplicate`` when they have the same words (case, spacing, punctuation and word order
+    aside); ``values_differ``: a number or a quoted value is in one text and not the other (the
+    same term defined with 30 days and with 90; such conflicts are ranked first); ``why``: why the
+    pair is a candidate (the shared scope, the shared objects or a workspace-wide side)."""
 
     family: str
     a: ConflictCard
     b: ConflictCard
     similarity: float
     kind: Literal["conflict", "duplicate"]
+    values_differ: bool
     why: list[str]
 
 
@@ -166,8 +172,22 @@ def _sort(sort: str, allowed: tuple[str, ...]) -> str:
     return sort
 
 
-def _normalised(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+def _words(text: str) -> list[str]:
+    """The words of a text (letters, digits, underscores; NFKC, case folded): what two texts
+    are compared by, so that spacing and punctuation do not make two equal texts differ."""
+    return re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold())
+
+
+def _literals(text: str) -> set[str]:
+    """The quoted values of a text (``'Banned'``, ``"30"``), case folded, spacing normalised."""
+    return {" ".join(m.casefold().split())
+            for pair in re.findall(r"'([^']*)'|\"([^\"]*)\"", text) for m in pair if m}
+
+
+def _only(words: list[str], other: list[str]) -> list[str]:
+    """The words of ``words`` that ``other`` lacks, in order, each once, at most 10."""
+    lacking = set(other)
+    return list(dict.fromkeys(w for w in words if w not in lacking))[:10]
 
 
 def _overlap(a: list[str], b: list[str]) -> list[str]:
@@ -206,15 +226,18 @@ def _why(a: dict[str, Any], b: dict[str, Any]) -> list[str] | None:
 def to_csv(page: NeverRecalledPage | UnhelpfulPage | ConflictsPage) -> str:
     """A report page as CSV (RFC 4180, a header row): the rows' fields, times in ISO 8601
     UTC, ``never`` for a card never recalled; a conflict pair's two cards side by side
-    (``a_id``, ``a_title``, ``a_text``, ``b_…``) and ``why`` joined by ``; ``."""
+    (``a_id``, ``a_title``, ``a_text``, ``a_only``: the words only it has, ``b_…``) and
+    ``why`` joined by ``; ``."""
     out = io.StringIO()
     writer = csv.writer(out)
     if isinstance(page, ConflictsPage):
-        writer.writerow(["family", "kind", "similarity", "a_id", "a_title", "a_text", "b_id",
-                         "b_title", "b_text", "why"])
+        writer.writerow(["family", "kind", "values_differ", "similarity", "a_id", "a_title",
+                         "a_text", "a_only", "b_id", "b_title", "b_text", "b_only", "why"])
         for p in page.pairs:
-            writer.writerow([p.family, p.kind, f"{p.similarity:.4f}", p.a.id, p.a.title,
-                             p.a.text, p.b.id, p.b.title, p.b.text, "; ".join(p.why)])
+            writer.writerow([p.family, p.kind, str(p.values_differ).lower(),
+                             f"{p.similarity:.4f}", p.a.id, p.a.title, p.a.text,
+                             " ".join(p.a.only), p.b.id, p.b.title, p.b.text, " ".join(p.b.only),
+                             "; ".join(p.why)])
         return out.getvalue()
     rows = msgspec.to_builtins(page.rows)
     fields = list(NeverRecalledRow.__struct_fields__ if isinstance(page, NeverRecalledPage)
@@ -293,7 +316,8 @@ class Reports:
         current card's :data:`NEIGHBOURS` nearest cards of its family in the workspace's index.
         A pair is listed when either card matches ``query``'s filters (its family filter also
         narrows the families compared). Sorted by ``rank`` (default: possible contradictions,
-        texts near but different, before exact duplicates, each by similarity, highest first),
+        texts near but with other words, before duplicates; among them first those whose
+        numbers or quoted values differ; each by similarity, highest first),
         ``similarity``, ``family`` or ``title`` (the first card's); ``desc`` reverses the sort.
         Only cards whose current revision is projected are compared (a card saved seconds ago
         joins once its projection completes).
@@ -382,12 +406,18 @@ class Reports:
                 continue  # deleted meanwhile
             ca, cb = full[a], full[b]
             ta, tb = key_text(ca), key_text(cb)
+            wa, wb = _words(ta), _words(tb)
+            only_a, only_b = _only(wa, wb), _only(wb, wa)
+            duplicate = sorted(wa) == sorted(wb)
+            values = not duplicate and (
+                any(any(ch.isdigit() for ch in w) for w in only_a + only_b)
+                or _literals(ta) != _literals(tb))
             pairs.append(ConflictPair(
                 family=ca.family, similarity=round(score, 4), why=why,
-                kind="duplicate" if _normalised(ta) == _normalised(tb) else "conflict",
-                a=ConflictCard(id=ca.id, title=ca.title, scope=ca.scope, text=ta,
+                kind="duplicate" if duplicate else "conflict", values_differ=values,
+                a=ConflictCard(id=ca.id, title=ca.title, scope=ca.scope, text=ta, only=only_a,
                                objects=by_id[a]["tables"]),
-                b=ConflictCard(id=cb.id, title=cb.title, scope=cb.scope, text=tb,
+                b=ConflictCard(id=cb.id, title=cb.title, scope=cb.scope, text=tb, only=only_b,
                                objects=by_id[b]["tables"])))
         return (datetime.now(timezone.utc), round(time.perf_counter() - started, 3), len(rows),
                 _sorted_pairs(pairs, "rank", None))
@@ -396,9 +426,11 @@ class Reports:
 def _sorted_pairs(pairs: list[ConflictPair], sort: str, desc: bool | None) -> list[ConflictPair]:
     """``pairs`` in the order of ``sort`` (see :meth:`Reports.conflicts`), ties by the two ids."""
     keys = {
-        "rank": lambda p: (p.kind != "conflict", -p.similarity, p.a.id, p.b.id),
+        "rank": lambda p: (p.kind != "conflict", not p.values_differ, -p.similarity, p.a.id,
+                           p.b.id),
         "similarity": lambda p: (-p.similarity, p.a.id, p.b.id),
-        "family": lambda p: (p.family, p.kind != "conflict", -p.similarity, p.a.id, p.b.id),
+        "family": lambda p: (p.family, p.kind != "conflict", not p.values_differ, -p.similarity,
+                             p.a.id, p.b.id),
         "title": lambda p: (p.a.title.lower(), p.b.title.lower(), p.a.id, p.b.id),
     }
     return sorted(pairs, key=keys[sort], reverse=bool(desc))

@@ -97,12 +97,13 @@ class ReportController(Controller):
     ) -> ConflictsPage:
         """Pairs of cards of one family whose scope and dependencies overlap and whose key
         texts are near in the workspace's index (cosine similarity of the stored ``key``
-        vectors ≥ ``min_similarity``, default 0.8): ``{pairs: [{family, a, b, similarity,
-        kind (conflict: near but different | duplicate: equal texts), why}], total, page,
-        per_page, min_similarity, compared, computed_at, seconds, cached}``; ``a`` and ``b``
-        are ``{id, title, scope, text, objects}``. A pair is listed when either card matches
-        ``q`` / ``family``. ``sort`` = rank (default: conflicts before duplicates, each by
-        similarity), similarity, family, title; ``desc`` reverses. Errors: 401, 403, 404,
+        vectors ≥ ``min_similarity``, default 0.8): ``{pairs: [{family, a, b, similarity (cosine, -1..1),
+        kind (conflict: near but other words | duplicate: the same words), values_differ (a
+        number or quoted value differs), why}], total, page, per_page, min_similarity,
+        compared, computed_at, seconds, cached}``; ``a`` and ``b`` are ``{id, title, scope,
+        text, only (its words the other lacks), objects}``. A pair is listed when either card matches
+        ``q`` / ``family``. ``sort`` = rank (default: conflicts before duplicates, those whose
+        values differ first, each by similarity), similarity, family, title; ``desc`` reverses. Errors: 401, 403, 404,
         422 ``min_similarity`` out of bounds, 400 an unreadable parameter, 503 ``index_unavailable`` / ``index_incompatible``."""
         return await archive.reports.conflicts(
             principal, workspace_id, report_query(q, family, page, per_page), min_similarity,
