@@ -179,9 +179,11 @@ def _words(text: str) -> list[str]:
 
 
 def _literals(text: str) -> set[str]:
-    """The quoted values of a text (``'Banned'``, ``"30"``), case folded, spacing normalised."""
-    return {" ".join(m.casefold().split())
-            for pair in re.findall(r"'([^']*)'|\"([^\"]*)\"", text) for m in pair if m}
+    """The quoted values a text compares with (``= 'Banned'``, ``> '30'``, ``LIKE '%x%'``,
+    ``IN ('a'``), case folded, spacing normalised; an apostrophe elsewhere (``Women's``) is no
+    value."""
+    return {" ".join(m.casefold().split()) for m in re.findall(
+        r"(?:[=<>]|\blike\b|\bin\b)\s*\(?\s*'([^']*)'", text, flags=re.I)}
 
 
 def _only(words: list[str], other: list[str]) -> list[str]:
