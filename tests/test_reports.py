@@ -271,3 +271,69 @@ async def test_the_administration_shows_each_report_with_json_and_csv(make_env):
         # the navigation names the reports
         r = await client.get("/admin/workspaces/acme/cards")
         assert f'href="{base}/never-recalled"' in r.text
+
+
+LEGACY = {"family": "sql_rule", "title": "Legacy orders are in lire",
+          "content": {"rule": "Amounts of legacy_orders are in Italian lire."},
+          "dependencies": [{"database": "shop", "schema": "public", "table": "legacy_orders"}]}
+ARCHIVED = {"family": "sql_rule", "title": "Archived orders keep their state",
+            "content": {"rule": "archive.old_orders keeps the state an order had when archived."},
+            "dependencies": [{"database": "shop", "schema": "archive", "table": "old_orders"}]}
+
+
+async def test_stale_dependencies_lists_the_tables_nothing_recent_showed_in_use(make_env):
+    async with make_env() as env:
+        h, (active, cents, churn, legacy, archived) = await _cards(
+            env, ACTIVE_30, CENTS_A, CHURN, LEGACY, ARCHIVED)
+        env.no_automatic_evaluations()
+        # orders: a recall of 2 days ago returned its card; subscriptions: only one of 40 days
+        seed_recall(env, [cents], 2)
+        seed_recall(env, [churn], 40)
+        # customers: a recall narrowed to the table (its filters) returned nothing
+        with psycopg.connect(env.migrator_url) as conn:
+            conn.execute(
+                "INSERT INTO memory.recall_records (id, workspace_id, actor, mode, top, filters,"
+                " query_digest, card_ids, scores, excluded, timings) VALUES (%s, 'acme',"
+                " 'token:test', 'search', 10, %s, %s, '{}', '{}', 0, '{}')",
+                [uuid.uuid4(), psycopg.types.json.Jsonb(
+                    {"database": "shop", "table": "Customers"}), "sha256:" + "1" * 64])
+        # shop.archive: a schema-change run covered the schema and kept old_orders
+        r = await env.client.post("/api/workspaces/acme/schema-changes",
+                                  headers=env.token("acme", "memory.schema"), json={
+            "run_id": "r1", "database": "shop", "schema": "archive",
+            "removed_tables": ["tmp_import"]})
+        assert r.status_code == 200, r.text
+        r = await env.client.get(f"{REPORTS}/stale-dependencies", headers=h)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        # never seen first, then the longest unseen; the tables seen within 30 days are not listed
+        assert [(x["table"], x["seen_by"]) for x in page["rows"]] == [
+            ("legacy_orders", None), ("subscriptions", "result")]
+        assert page["total"] == 2 and page["days"] == 30
+        assert page["rows"][0]["examples"] == [{"id": legacy, "title": LEGACY["title"]}]
+        assert page["rows"][0]["last_seen"] is None
+        seen = datetime.fromisoformat(page["rows"][1]["last_seen"])
+        assert timedelta(days=39) < datetime.now(timezone.utc) - seen < timedelta(days=41)
+        # a wider window: subscriptions was seen within it
+        r = await env.client.get(f"{REPORTS}/stale-dependencies", headers=h,
+                                 params={"days": 60, "sort": "table"})
+        assert [x["table"] for x in r.json()["rows"]] == ["legacy_orders"]
+        # a filter on the cards: only the tables of the matching cards
+        r = await env.client.get(f"{REPORTS}/stale-dependencies", headers=h,
+                                 params={"q": "Churned"})
+        assert [x["table"] for x in r.json()["rows"]] == ["subscriptions"]
+        # bounds and permissions, as the other reports
+        r = await env.client.get(f"{REPORTS}/stale-dependencies", headers=h, params={"days": 0})
+        assert r.status_code == 422 and r.json()["field"] == "days"
+        r = await env.client.get(f"{REPORTS}/stale-dependencies",
+                                 headers=env.token("acme", "memory.read"))
+        assert r.status_code == 403
+        # the administration's page and its CSV
+        await sign_in(env.client, h)
+        r = await env.client.get("/admin/workspaces/acme/reports/stale-dependencies")
+        assert r.status_code == 200
+        assert "shop.public.legacy_orders" in r.text and "never, in the kept records" in r.text
+        assert "a recall returned one of its cards" in r.text
+        r = await env.client.get("/admin/workspaces/acme/reports/stale-dependencies.csv")
+        rows = list(csv.DictReader(io.StringIO(r.text)))
+        assert [(x["table"], x["last_seen"]) for x in rows][0] == ("legacy_orders", "never")

@@ -3,21 +3,17 @@
 cards no recall returned, the longest idle first, "never since created" on one line; the
 conflicts report puts the planted pair of contradicting clarifications (two definitions of
 "active customer", 30 and 90 days, over one table) first, the exact duplicate after, each with
-its links; the merge page shows the two cards side by side. Screenshots:
-``/tmp/shots40a/reports-<size>-*.png`` (``MEMARC_SHOTS`` names another folder)."""
+its links; the merge page shows the two cards side by side. Screenshots, as the other browser
+tests keep theirs: ``test-output/reports-<size>-*.png``."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from helpers import start_server, stop_server
+from test_admin_browser import OUT as SHOTS
 from test_admin_browser import OVERFLOW_JS, SIZES, chromium, navigate, signed_in_page, text  # noqa: F401
 from test_reports import (ACTIVE_30, ACTIVE_90, ACTIVE_SUPPORT, CENTS_A, CENTS_B, CHURN, _cards,
                           seed_recall)
-
-SHOTS = Path(os.environ.get("MEMARC_SHOTS", "/tmp/shots40a"))
 
 
 async def shot(page, name: str, size: str) -> None:
@@ -85,6 +81,17 @@ async def test_never_recalled_and_conflicts_reports_in_the_browser(make_env, chr
                     assert box["width"] >= 200, box
                 await shot(page, "conflicts", size)
 
+                # the tables nothing showed in use: subscriptions (its card's last recall was
+                # 45 days ago), with the card that names it and when
+                await navigate(page, page.click(
+                    ".memarc-report-tabs >> text=Tables not seen in use"))
+                stale = await text(page, "table.memarc-stale tbody")
+                assert stale.startswith("shop.public.subscriptions"), stale
+                assert "Churned account" in stale and "a recall returned one of its cards" in stale
+                assert "shop.public.orders" not in stale  # returned a day ago
+                await shot(page, "stale-dependencies", size)
+                await page.go_back()
+                pairs = page.locator("table.memarc-conflicts tbody tr")
                 await navigate(page, pairs.nth(0).locator("text=Compare and merge").click())
                 assert await text(page, "h1") == "acme: compare two cards"
                 sides = page.locator("section.memarc-merge-side")

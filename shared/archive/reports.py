@@ -6,6 +6,9 @@ records, the feedback and the index say about the cards, for the people who cura
   returned each at all, or none since it was created;
 - **unhelpful** (:meth:`Reports.unhelpful`): cards with ``not_helpful`` or ``wrong`` verdicts on
   the recalls of the window, with their recalls and every kind of verdict;
+- **stale dependencies** (:meth:`Reports.stale_dependencies`): tables the cards' dependencies
+  name that nothing of the window showed in use (no recall narrowed to them or returned a card
+  depending on them, no schema-change run covered their schema without removing them);
 - **conflicts** (:meth:`Reports.conflicts`): pairs of cards of one family whose scope and
   dependencies overlap and whose key texts (a clarification's term and definition, a rule's
   rule, a question, an error: the ``key`` vector, :mod:`shared.projection.documents`) are near
@@ -45,9 +48,8 @@ from shared.store import cards, reports, workspaces
 from shared.store.database import Database
 from shared.store.listing import ListQuery
 
-#: the report names of the API and the administration (the stale-dependencies report is not
-#: built: docs/usage.md says why)
-REPORTS = ("never-recalled", "unhelpful", "conflicts")
+#: the report names of the API and the administration
+REPORTS = ("never-recalled", "unhelpful", "conflicts", "stale-dependencies")
 #: bounds of the window in days (the records are kept ``MEMARC_RECALL_RETENTION_DAYS``)
 MAX_DAYS = 3650
 #: neighbours searched per card, and the default and lowest similarity of a listed pair
@@ -59,6 +61,7 @@ CACHED_CONFLICTS = 16
 NeverRecalledSort = Literal["idle", "created", "title", "family"]
 UnhelpfulSort = Literal["unhelpful", "share", "recalls", "title", "family"]
 ConflictSort = Literal["rank", "similarity", "family", "title"]
+StaleSort = Literal["stale", "table", "cards"]
 
 
 class NeverRecalledRow(msgspec.Struct, kw_only=True):
@@ -157,6 +160,41 @@ class ConflictsPage(msgspec.Struct, kw_only=True):
     cached: bool
 
 
+class CardRef(msgspec.Struct, kw_only=True):
+    """A card named by a report row: id and title."""
+
+    id: str
+    title: str
+
+
+class StaleTableRow(msgspec.Struct, kw_only=True):
+    """A table (``database.schema.table``) that card dependencies name and nothing of the
+    window showed in use: ``cards`` name it (``examples``: the first three by title);
+    ``last_seen`` is the newest sign of use kept at all (None: none), ``seen_by`` which:
+    ``filter`` (a recall narrowed to the table), ``result`` (a recall returned a card that
+    depends on it) or ``schema_run`` (a schema-change run covered its schema and did not remove
+    it)."""
+
+    database: str
+    schema: str
+    table: str
+    cards: int
+    examples: list[CardRef]
+    last_seen: datetime | None
+    seen_by: Literal["filter", "result", "schema_run"] | None
+
+
+class StaleTablesPage(msgspec.Struct, kw_only=True):
+    """A page of the stale-dependencies report: ``rows`` (tables), their ``total``, the page
+    and the window in days."""
+
+    rows: list[StaleTableRow]
+    total: int
+    page: int
+    per_page: int
+    days: int
+
+
 def _check(days: int, page: int, per_page: int) -> None:
     if not 1 <= days <= MAX_DAYS:
         raise InvalidInput(f"days must be 1..{MAX_DAYS}", field="days")
@@ -225,7 +263,7 @@ def _why(a: dict[str, Any], b: dict[str, Any]) -> list[str] | None:
     return why
 
 
-def to_csv(page: NeverRecalledPage | UnhelpfulPage | ConflictsPage) -> str:
+def to_csv(page: NeverRecalledPage | UnhelpfulPage | ConflictsPage | StaleTablesPage) -> str:
     """A report page as CSV (RFC 4180, a header row): the rows' fields, times in ISO 8601
     UTC, ``never`` for a card never recalled; a conflict pair's two cards side by side
     (``a_id``, ``a_title``, ``a_text``, ``a_only``: the words only it has, ``b_…``) and
@@ -240,6 +278,15 @@ def to_csv(page: NeverRecalledPage | UnhelpfulPage | ConflictsPage) -> str:
                              f"{p.similarity:.4f}", p.a.id, p.a.title, p.a.text,
                              " ".join(p.a.only), p.b.id, p.b.title, p.b.text, " ".join(p.b.only),
                              "; ".join(p.why)])
+        return out.getvalue()
+    if isinstance(page, StaleTablesPage):
+        writer.writerow(["database", "schema", "table", "cards", "examples", "last_seen",
+                         "seen_by"])
+        for t in page.rows:
+            writer.writerow([t.database, t.schema, t.table, t.cards,
+                             "; ".join(f"{e.title} ({e.id})" for e in t.examples),
+                             t.last_seen.isoformat() if t.last_seen else "never",
+                             t.seen_by or ""])
         return out.getvalue()
     rows = msgspec.to_builtins(page.rows)
     fields = list(NeverRecalledRow.__struct_fields__ if isinstance(page, NeverRecalledPage)
@@ -309,6 +356,34 @@ class Reports:
             not_helpful=r["not_helpful"], wrong=r["wrong"]) for r in rows],
             total=total, page=query.page, per_page=query.per_page, days=days,
             min_feedback=min_feedback)
+
+    async def stale_dependencies(self, principal: Principal, workspace: str, query: ListQuery,
+                                 days: int = 30, sort: str = "stale",
+                                 desc: bool | None = None) -> StaleTablesPage:
+        """The tables named by the dependencies of the cards matching ``query``'s filters that
+        nothing of the last ``days`` days (1..3650) showed in use: no recall narrowed to the
+        table (``filters.table``) or returned a card that depends on it, and no schema-change
+        run covered its schema without removing it. The archive does not read the databases'
+        catalogues, so these are the tables to check first, not tables known to be gone (a run
+        that removed a table has deleted its cards already). A page of ``query.per_page``
+        tables sorted by ``stale`` (default: never seen first, then the longest unseen),
+        ``table`` or ``cards`` (most first); ``desc`` reverses.
+
+        :raises NotFound: another workspace. :raises Forbidden: no ``memory.manage``.
+        :raises InvalidInput: days, page, per_page, sort or a filter out of bounds.
+        """
+        principal.require(workspace, "memory.manage")
+        _check(days, query.page, query.per_page)
+        _sort(sort, StaleSort.__args__)  # type: ignore[attr-defined]
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            rows, total = await reports.stale_dependencies(conn, query, days, sort, desc)
+        return StaleTablesPage(rows=[StaleTableRow(
+            database=r["database_name"], schema=r["schema_name"], table=r["table_name"],
+            cards=r["cards"], examples=[CardRef(id=models.card_id_str(uuid.UUID(e["id"])),
+                                                title=e["title"]) for e in r["examples"]],
+            last_seen=r["last_seen"], seen_by=r["seen_by"]) for r in rows],
+            total=total, page=query.page, per_page=query.per_page, days=days)
 
     async def conflicts(self, principal: Principal, workspace: str, query: ListQuery,
                         min_similarity: float = DEFAULT_SIMILARITY, sort: str = "rank",

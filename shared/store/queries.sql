@@ -1266,3 +1266,49 @@ ORDER BY {order} LIMIT %(limit)s OFFSET %(offset)s;
 -- name: reports_matching_cards
 -- Ids of the cards matching the filters composed into {cond} (over cards c).
 SELECT c.id FROM cards c WHERE {cond};
+
+-- name: reports_stale_dependencies
+-- A page of the tables (database.schema.table) that the dependencies of the cards matching the
+-- filters composed into {cond} name, that nothing of the last %(days)s days showed in use: no
+-- recall record of the window named the table in its filters or returned a card that depends on
+-- it, and no schema-change run of the window covered its schema without removing it. Each with
+-- the cards that name it (how many, and the first three by title), the newest sign of use at
+-- all (`last_seen`, `seen_by`: filter, result or schema_run; NULL: none kept), sorted by
+-- {order}; `total` is the count of every such table.
+WITH deps AS (
+    SELECT lower(d.database_name) AS db, lower(d.schema_name) AS sch, lower(d.table_name) AS tbl,
+           min(d.database_name) AS database_name, min(d.schema_name) AS schema_name,
+           min(d.table_name) AS table_name, c.id, c.title
+    FROM card_dependencies d JOIN cards c ON c.id = d.card_id
+    WHERE d.table_name IS NOT NULL AND {cond}
+    GROUP BY 1, 2, 3, c.id, c.title),
+tables AS (
+    SELECT db, sch, tbl, min(database_name) AS database_name, min(schema_name) AS schema_name,
+           min(table_name) AS table_name, count(*) AS cards,
+           (array_agg(jsonb_build_object('id', id, 'title', title)
+                      ORDER BY lower(title), id))[1:3] AS examples
+    FROM deps GROUP BY 1, 2, 3),
+signs AS (
+    SELECT lower(r.filters->>'database') AS db, lower(r.filters->>'schema') AS sch,
+           lower(r.filters->>'table') AS tbl, r.created_at AS at, 'filter' AS how
+    FROM recall_records r WHERE r.filters ? 'table'
+    UNION ALL
+    SELECT lower(d.database_name), lower(d.schema_name), lower(d.table_name), r.created_at,
+           'result'
+    FROM recall_records r CROSS JOIN LATERAL unnest(r.card_ids) AS x (card_id)
+    JOIN card_dependencies d ON d.card_id = x.card_id AND d.table_name IS NOT NULL
+    UNION ALL
+    SELECT lower(s.database_name), lower(s.schema_name), t.tbl, s.recorded_at, 'schema_run'
+    FROM schema_change_runs s CROSS JOIN tables t
+    WHERE t.db = lower(s.database_name) AND t.sch = lower(s.schema_name)
+      AND NOT t.tbl = ANY (SELECT lower(x) FROM unnest(s.removed_tables) AS x)),
+seen AS (
+    SELECT DISTINCT ON (t.db, t.sch, t.tbl) t.db, t.sch, t.tbl, s.at, s.how
+    FROM tables t JOIN signs s
+      ON s.tbl = t.tbl AND (s.db IS NULL OR s.db = t.db) AND (s.sch IS NULL OR s.sch = t.sch)
+    ORDER BY t.db, t.sch, t.tbl, s.at DESC)
+SELECT t.database_name, t.schema_name, t.table_name, t.cards, t.examples,
+       seen.at AS last_seen, seen.how AS seen_by, count(*) OVER () AS total
+FROM tables t LEFT JOIN seen USING (db, sch, tbl)
+WHERE seen.at IS NULL OR seen.at < now() - make_interval(days => %(days)s)
+ORDER BY {order} LIMIT %(limit)s OFFSET %(offset)s;

@@ -85,6 +85,38 @@ async def unhelpful(conn: AsyncConnection, query: ListQuery, days: int, min_feed
     return rows, total
 
 
+#: ``ORDER BY`` of each sort of the stale-dependencies report (default direction; ``desc``
+#: reverses it): ``stale`` (never seen first, then the longest unseen), ``table`` (A-Z by
+#: database, schema, table), ``cards`` (most cards first)
+STALE_SORTS: dict[str, tuple[str, bool]] = {
+    "stale": ("coalesce(seen.at, '-infinity'::timestamptz)", False),
+    "table": ("t.db {d}, t.sch {d}, t.tbl", False),
+    "cards": ("t.cards", True),
+}
+
+
+async def stale_dependencies(conn: AsyncConnection, query: ListQuery, days: int, sort: str,
+                             desc: bool | None) -> tuple[list[dict[str, Any]], int]:
+    """A page of the tables that the dependencies of the cards matching ``query``'s filters
+    name and that nothing of the last ``days`` days showed in use (query
+    ``reports_stale_dependencies``), and their total: rows ``{database_name, schema_name,
+    table_name, cards, examples ([{id, title}], the first three), last_seen (None: no sign
+    kept), seen_by (filter | result | schema_run | None)}``.
+
+    :raises InvalidInput: a bad filter.
+    """
+    cond, params = card_filter(query)
+    params.update(days=days, limit=query.per_page, offset=(query.page - 1) * query.per_page)
+    column, default_desc = STALE_SORTS[sort]
+    direction = "DESC" if (default_desc if desc is None else desc) else "ASC"
+    order = sql.SQL(f"{column.replace('{d}', direction)} {direction}, "
+                    f"t.db {direction}, t.sch {direction}, t.tbl {direction}")
+    stmt = sql.SQL(Q.reports_stale_dependencies).format(cond=cond, order=order)
+    rows = await (await conn.execute(stmt, params)).fetchall()
+    total = rows[0]["total"] if rows else await _count_past_page(conn, stmt, params)
+    return rows, total
+
+
 async def _count_past_page(conn: AsyncConnection, stmt: sql.Composable,
                            params: dict[str, Any]) -> int:
     """The total of a report whose page came back empty (a page past the last, or none): the

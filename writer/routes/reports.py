@@ -1,5 +1,6 @@
 """The curation reports over HTTP (issue 35 part 3, docs/usage.md "Curation reports"):
-``GET /api/workspaces/{w}/memory/reports/{never-recalled | unhelpful | conflicts}``
+``GET /api/workspaces/{w}/memory/reports/{never-recalled | unhelpful | conflicts |
+stale-dependencies}``
 (``memory.manage``), each a JSON page; the administration serves the same reports as pages
 with ``.json`` and ``.csv`` downloads (:mod:`writer.routes.admin.reports`).
 
@@ -19,7 +20,7 @@ from shared import models
 from shared.archive.cards import Archive
 from shared.archive.reports import (DEFAULT_SIMILARITY, MAX_DAYS, MIN_SIMILARITY, ConflictSort,
                                     ConflictsPage, NeverRecalledPage, NeverRecalledSort,
-                                    UnhelpfulPage, UnhelpfulSort)
+                                    StaleSort, StaleTablesPage, UnhelpfulPage, UnhelpfulSort)
 from shared.auth import Principal
 from shared.store.listing import ListQuery
 from writer.problems import PROBLEM_RESPONSES
@@ -108,3 +109,23 @@ class ReportController(Controller):
         return await archive.reports.conflicts(
             principal, workspace_id, report_query(q, family, page, per_page), min_similarity,
             sort, desc)
+
+    @get("/stale-dependencies", responses=PROBLEM_RESPONSES,
+         summary="Tables no recent recall or schema run showed in use")
+    async def stale_dependencies(
+        self, archive: NamedDependency[Archive], principal: NamedDependency[Principal],
+        workspace_id: FromPath[WorkspaceId], days: FromQuery[Days] = 30,
+        q: FromQuery[Q] = None, family: FromQuery[Families] = None,
+        sort: FromQuery[StaleSort] = "stale", desc: FromQuery[bool | None] = None,
+        page: FromQuery[Page] = 1, per_page: FromQuery[PerPage] = 20,
+    ) -> StaleTablesPage:
+        """Tables (``database.schema.table``) named by the dependencies of the cards matching
+        ``q`` / ``family`` that nothing of the last ``days`` days (default 30) showed in use: no
+        recall narrowed to the table or returned a card that depends on it, no schema-change
+        run covered its schema without removing it. ``{rows: [{database, schema, table, cards,
+        examples: [{id, title}], last_seen (null: no sign kept), seen_by (filter | result |
+        schema_run | null)}], total, page, per_page, days}``. ``sort`` = stale (default: never
+        seen first, then the longest unseen), table, cards; ``desc`` reverses. Errors: 401, 403,
+        404, 422 ``days`` out of bounds, 400 an unreadable parameter."""
+        return await archive.reports.stale_dependencies(
+            principal, workspace_id, report_query(q, family, page, per_page), days, sort, desc)

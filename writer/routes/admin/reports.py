@@ -1,5 +1,5 @@
 """The curation reports in the browser (issue 35 part 3, docs/usage.md "Curation reports"):
-never recalled, unhelpful and possible conflicts, each a page that filters (text, family),
+never recalled, unhelpful, possible conflicts and tables not seen in use, each a page that filters (text, family),
 sorts and pages like the card list, with ``.json`` and ``.csv`` downloads of the page shown;
 and the merge page of a conflict pair (``memory.manage``).
 
@@ -34,7 +34,7 @@ Word = Annotated[str | None, Parameter(max_length=40)]
 PER_PAGE = 50
 #: each report's title, sorts (value, label) and the columns a person reads
 TITLES = {"never-recalled": "Never recalled", "unhelpful": "Marked unhelpful",
-          "conflicts": "Possible conflicts"}
+          "conflicts": "Possible conflicts", "stale-dependencies": "Tables not seen in use"}
 SORTS = {
     "never-recalled": [("idle", "longest without a recall"), ("created", "newest"),
                        ("title", "title"), ("family", "family")],
@@ -42,6 +42,8 @@ SORTS = {
                   ("recalls", "most recalled"), ("title", "title"), ("family", "family")],
     "conflicts": [("rank", "contradictions first"), ("similarity", "similarity"),
                   ("family", "family"), ("title", "title")],
+    "stale-dependencies": [("stale", "longest unseen"), ("table", "table"),
+                           ("cards", "most cards")],
 }
 
 
@@ -77,6 +79,9 @@ async def _report(person: Person, archive: Archive, workspace: str, name: str,
                                        _number("days", params["days"], int, 30),
                                        _number("min_feedback", params["min_feedback"], int, 1),
                                        sort)
+    if name == "stale-dependencies":
+        return await reports.stale_dependencies(person.principal, workspace, query,
+                                                _number("days", params["days"], int, 30), sort)
     return await reports.conflicts(
         person.principal, workspace, query,
         _number("min_similarity", params["min_similarity"], float, DEFAULT_SIMILARITY), sort)
@@ -115,7 +120,8 @@ async def report_page(person: NamedDependency[Person], archive: NamedDependency[
                       page: FromQuery[Annotated[int, Parameter(ge=1, le=100_000)]] = 1,
                       days: FromQuery[Word] = None, min_feedback: FromQuery[Word] = None,
                       min_similarity: FromQuery[Word] = None) -> Response:
-    """A report's page (``name``: never-recalled, unhelpful, conflicts), or its download with
+    """A report's page (``name``: never-recalled, unhelpful, conflicts, stale-dependencies), or
+    its download with
     ``.json`` (the report's JSON page, as the API answers it) or ``.csv`` (the same rows,
     :func:`shared.archive.reports.to_csv`) after the name; the downloads carry up to 100 rows
     of the page asked for.
