@@ -6,8 +6,9 @@ through :class:`shared.archive.reports.Reports` (the path of ``GET …/memory/re
 - the conflicts report computed from nothing (every current card's stored ``key`` vector
   searched among the cards of its family in the workspace's index), :data:`ROUNDS` times on a
   fresh ``Reports`` each, and then its cached pages (the answer while nothing changed);
-- the never-recalled and unhelpful reports, over :data:`RECORDS` recall records of 10 cards
-  each (seeded as the database owner, spread over 60 days) and feedback on a tenth of them.
+- the never-recalled, unhelpful and stale-dependencies reports, over :data:`RECORDS` recall
+  records of 10 cards each (seeded as the database owner, spread over 60 days) and feedback on
+  a tenth of them.
 
 Printed: the seconds of each (median of the rounds), the cards compared and the pairs found by
 kind, and the first pairs (family, kind, similarity, the two titles) to look at.
@@ -103,6 +104,8 @@ async def main() -> None:
                 ("never-recalled", lambda: archive.reports.never_recalled(
                     principal, "bird", ListQuery(), 30)),
                 ("unhelpful", lambda: archive.reports.unhelpful(
+                    principal, "bird", ListQuery(), 30)),
+                ("stale-dependencies", lambda: archive.reports.stale_dependencies(
                     principal, "bird", ListQuery(), 30))):
             times, total = [], 0
             for _ in range(ROUNDS):
