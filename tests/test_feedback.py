@@ -100,6 +100,16 @@ async def test_feedback_is_stored_once_per_card_and_principal_and_can_be_changed
                                  "not_helpful": 1}
         assert details[1][0] == {"recall": recall_id, "via": "api"}  # nothing changed
 
+        # a note at the bound whose secret the filter replaces with a longer marker: kept, cut
+        # to the bound
+        long_note = "x" * 1985 + " password=abc"
+        assert len(long_note) <= 2000 < len(env.resources.privacy.redact(long_note))
+        r = await env.client.post(_feedback_url(recall_id), headers=env.token("acme"), json={
+            "cards": [{"card_id": rule, "verdict": "helpful", "note": long_note}]})
+        assert r.status_code == 200, r.text
+        note = r.json()["cards"][0]["note"]
+        assert len(note) == 2000 and "abc" not in note
+
 
 async def test_feedback_is_refused_for_cards_recalls_and_tokens_it_does_not_concern(make_env):
     async with make_env() as env:

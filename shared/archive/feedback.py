@@ -31,8 +31,8 @@ from shared.archive.responses import (CardFeedback, CardFeedbackEntry, FeedbackE
 from shared.auth import Principal
 from shared.errors import InvalidInput, NotFound
 from shared.metrics import Metrics
-from shared.models import (FeedbackRequest, FeedbackVia, card_id_str, parse_card_id,
-                           reject_nul)
+from shared.models import (MAX_FEEDBACK_NOTE, FeedbackRequest, FeedbackVia, card_id_str,
+                           parse_card_id, reject_nul)
 from shared.privacy import PrivacyFilter
 from shared.store import activity, feedback as store, workspaces
 from shared.store.cards import get_many
@@ -86,7 +86,10 @@ class Feedback:
             seen.add(card)
             reject_nul(item.note, f"cards[{i}].note")
             note = (item.note or "").strip()
-            out.append((card, item.verdict, self.privacy.redact(note) if note else None))
+            # a redaction marker may be longer than what it replaced: the stored note is cut to
+            # the bound, as a recall record's query is
+            out.append((card, item.verdict,
+                        self.privacy.redact(note)[:MAX_FEEDBACK_NOTE] if note else None))
         return out
 
     @audited("feedback")
