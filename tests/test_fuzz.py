@@ -64,8 +64,10 @@ PROPOSAL = {"key": "p1", "kind": "addition", "decisions": [{"id": "d1", "status"
 SECOND = {"family": "domain_clarification", "title": "Lapsed customer",
           "content": {"definition": "No order in the last year."}}
 PROBLEM_FIELDS = {"type", "title", "status", "detail", "code"}
-#: Routes a memory.read token may use (recall and counts); every other one answers it 403.
+#: Routes a memory.read token may use (recall, feedback on a recall, counts); every other one
+#: answers it 403.
 READ_ROUTES = {("POST", "/api/workspaces/{workspace_id}/memory/search"),
+               ("POST", "/api/workspaces/{workspace_id}/memory/recalls/{recall_id}/feedback"),
                ("GET", "/api/workspaces/{workspace_id}/memory/status")}
 PUBLIC_ROUTES = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 _S = "/api/workspaces/{workspace_id}/sessions/{session_id}"
