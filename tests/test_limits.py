@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,6 +316,16 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
                                       headers=h)).json()["id"]
         cases = f"{BASE}/evaluation-cases"
         nope = "00000000-0000-0000-0000-000000000000"
+        # a recall that returned the card (its record as the database owner: nothing is
+        # projected here), for the feedback route
+        recall = uuid.uuid4()
+        with psycopg.connect(env.migrator_url) as conn:
+            conn.execute(
+                "INSERT INTO memory.recall_records (id, workspace_id, actor, mode, top,"
+                " query_digest, card_ids, scores, excluded, timings) VALUES (%s, 'acme',"
+                " 'token:x', 'rules', 10, %s, %s, '{0.1}', 0, '{}')",
+                [recall, "sha256:" + "0" * 64, [uuid.UUID(card[4:])]])
+        feedback = f"{BASE}/recalls/{recall}/feedback"
         # (ok path, body; rejected path, body; card id it names[; headers of the rejected one])
         plan: dict[tuple[str, str], tuple[Any, ...]] = {
             ("POST", m): (BASE, _rule(title="Second"), BASE, _rule(title=" "), None),
@@ -343,6 +354,9 @@ async def test_every_mutating_route_records_success_and_rejection(make_env, subt
                                        _run("x3", "crm", "other"), None),  # 409: x2 is open
             ("POST", sc + "/cleanup"): (f"{SC}/cleanup", {"run_id": "x2"}, f"{SC}/cleanup",
                                         {"run_id": "none"}, None),
+            ("POST", m + "/recalls/{recall_id:str}/feedback"): (
+                feedback, {"cards": [{"card_id": card, "verdict": "helpful"}]},
+                feedback, {"cards": [{"card_id": f"mem-{nope}", "verdict": "wrong"}]}, None),
             ("POST", m + "/evaluations"): (f"{BASE}/evaluations", None,  # 409: one queued
                                            f"{BASE}/evaluations", None, None),
             ("POST", m + "/evaluation-cases"): (cases, case_body, cases,
