@@ -130,7 +130,9 @@ RULES: tuple[Rule, ...] = (
     Rule("bearer_token", re.compile(
         r"(?i)\bbearer[ \t]+(?P<secret>" + _NOT_MARKER + r"[A-Za-z0-9._~+/-]{8,}=*)"),
         group="secret"),
-    # Vendor formats, recognisable without context.
+    # Vendor formats, recognisable without context; this archive's own API tokens first
+    # (``mat_`` and 43 url-safe base64 characters: shared.auth.new_token).
+    Rule("memarc_token", re.compile(r"\bmat_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])")),
     Rule("aws_access_key", re.compile(r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b")),
     Rule("github_token", re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b")),
     Rule("github_token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b")),

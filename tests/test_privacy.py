@@ -55,6 +55,8 @@ EXAMPLES = [
     ("CREATE ROLE app LOGIN PASSWORD 'Sup3r secret';", "Sup3r secret", "password"),
     ("CREATE USER etl IDENTIFIED BY 'OracleSecret1'", "OracleSecret1", "password"),
     ("aws key AKIAIOSFODNN7EXAMPLE in the loader", "AKIAIOSFODNN7EXAMPLE", "aws_access_key"),
+    ("my archive token is mat_MIAe2m0CgY0pV7x4rbWq1Hn9sTz_Ku3dLfE8aJ5oXyQ, use it",
+     "mat_MIAe2m0CgY0pV7x4rbWq1Hn9sTz_Ku3dLfE8aJ5oXyQ", "memarc_token"),
     ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789 for CI", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
      "github_token"),
     ("slack xoxb-1234567890-1234567890123-abcdefghijklmnopqrstuvwx", "xoxb-1234567890", "slack_token"),
