@@ -102,6 +102,12 @@ async def test_a_person_marks_recalled_cards_in_chromium(make_env, chromium, wid
     OUT.mkdir(exist_ok=True)
     async with make_env() as env:
         h, (rule, definition), answer = await _recalled(env)
+        # another curator's note of 2,000 characters without a space: it wraps in the window
+        r = await env.client.post(f"{BASE}/recalls/{answer['recall_id']}/feedback",
+                                  headers=env.token("acme"), json={"cards": [
+                                      {"card_id": definition, "verdict": "not_helpful",
+                                       "note": "é" * 2000}]})
+        assert r.status_code == 200, r.text
         server, task, base = await start_server(env.app)
         try:
             async with async_playwright() as pw:
@@ -118,6 +124,11 @@ async def test_a_person_marks_recalled_cards_in_chromium(make_env, chromium, wid
                     box = await first.get_by_role("button", name=word, exact=True).bounding_box()
                     assert box and box["height"] < 40, (word, box)  # one line, not wrapped
                 await first.get_by_label("Note").fill("the start month is April")
+                # Enter in the note chooses no verdict: nothing is sent
+                await first.get_by_label("Note").press("Enter")
+                await page.wait_for_timeout(500)
+                assert "saved=" not in page.url
+                assert env.scalar("SELECT count(*) FROM memory.recall_feedback") == 1
                 await navigate(page, first.get_by_role("button", name="Wrong").click())
                 await look(page, "recall-saved", size)
                 assert f"Saved: Wrong for “{title}”." in await text(page, "#saved")

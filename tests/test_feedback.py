@@ -62,9 +62,9 @@ async def test_feedback_is_stored_once_per_card_and_principal_and_can_be_changed
         assert [(c["verdict"], c["change"]) for c in r.json()["cards"]] == [("wrong", "updated")]
         assert env.scalar("SELECT count(*) FROM memory.recall_feedback") == 2
 
-        # another principal's verdict on the same card is its own
-        reader = env.token("acme", "memory.read")
-        r = await env.client.post(_feedback_url(recall_id), headers=reader, json={
+        # another curator's verdict on the same card is its own
+        curator = env.token("acme", "memory.manage")
+        r = await env.client.post(_feedback_url(recall_id), headers=curator, json={
             "cards": [{"card_id": rule, "verdict": "not_helpful"}]})
         assert r.status_code == 200 and r.json()["cards"][0]["change"] == "created"
         assert env.scalar("SELECT count(*) FROM memory.recall_feedback") == 3
@@ -164,6 +164,11 @@ async def test_feedback_is_refused_for_cards_recalls_and_tokens_it_does_not_conc
             r = await env.client.get(f"{BASE}/recalls/{rid}", headers=h)
             assert r.status_code == 404, (rid, r.text)
         assert len(details) == 1, details
+        # a token that may recall but not curate, on another principal's recall: the same 404
+        # (which cards that recall returned is not told either)
+        r = await post(_feedback_url(recall_id), {"cards": [
+            {"card_id": only, "verdict": "helpful"}]}, headers=env.token("acme", "memory.read"))
+        assert r.status_code == 404 and r.json()["detail"].replace(recall_id, "<id>") in details
         # a token of another workspace on this workspace's recall: 404 as well
         r = await post(_feedback_url(recall_id), {"cards": [
             {"card_id": only, "verdict": "helpful"}]}, headers=oh)

@@ -79,6 +79,9 @@ async def test_never_recalled_and_conflicts_reports_in_the_browser(make_env, chr
                 for cell in await pairs.nth(0).locator("td.col-card").all():
                     box = await cell.bounding_box()
                     assert box["width"] >= 200, box
+                # every column on screen: the merge link needs no horizontal scrolling
+                merge = await pairs.nth(0).locator("text=Compare and merge").bounding_box()
+                assert merge["x"] + merge["width"] <= width, merge
                 await shot(page, "conflicts", size)
 
                 # the tables nothing showed in use: subscriptions (its card's last recall was

@@ -1,8 +1,9 @@
 """Feedback on recalls (issue 35 part 2, migration 027, docs/usage.md): which of the cards a
 recall returned helped, which did not apply, which are wrong.
 
-A principal that may recall (``memory.read``) judges cards of a recall of its workspace by the
-recall's ``recall_id`` (:meth:`Feedback.give`: the HTTP route, the MCP tool ``feedback``, the
+A principal that may recall (``memory.read``) judges the cards of its own recalls, and a
+curator (``memory.manage``) those of any recall of the workspace, by the recall's
+``recall_id`` (:meth:`Feedback.give`: the HTTP route, the MCP tool ``feedback``, the
 explorer's recall page, the administration's recall page). Only the cards that recall returned
 may be judged; a recall of another workspace is not found, as a missing one is (no existence
 oracle); each principal has one verdict per recall and card, which it may change by sending
@@ -101,8 +102,9 @@ class Feedback:
         recall and the verdicts. ``via``: the surface (api, mcp, explorer, admin).
 
         :raises NotFound: no such recall in this workspace: never recorded, purged past the
-            retention, or another workspace's (indistinguishable), or the principal belongs to
-            another workspace. :raises Forbidden: the principal lacks ``memory.read``.
+            retention, another workspace's, or another principal's when this one lacks
+            ``memory.manage`` (indistinguishable), or the principal belongs to another
+            workspace. :raises Forbidden: the principal lacks ``memory.read``.
         :raises InvalidInput: a card the recall did not return (``field`` names it), a card
             deleted since, a card named twice, a card id that is not one.
         :raises PrivacyFilterFailed: the privacy filter refused a note (503; nothing stored).
@@ -113,7 +115,10 @@ class Feedback:
         async with self.db.transaction(workspace) as conn:
             await workspaces.get(conn, workspace)
             record = await store.recall(conn, recall_uuid)
-            if record is None:
+            if record is None or not (record["actor"] == principal.actor
+                                      or principal.allows("memory.manage")):
+                # another principal's recall is judged by curators only, and looks missing to
+                # anyone else (which cards it returned is not told either)
                 raise NotFound(f"no recall {recall_id!r} in this workspace")
             returned = set(record["card_ids"])
             live = set((await get_many(conn, [c for c, _, _ in verdicts])).keys())
