@@ -176,6 +176,7 @@ async def test_conflicts_puts_the_contradiction_first_then_the_duplicate(make_en
         first = pairs[0]
         assert first["family"] == "domain_clarification" and first["similarity"] >= 0.8
         assert first["values_differ"] is True and pairs[1]["values_differ"] is False
+        assert first["same_term"] is True  # both define "an active customer"
         only = {first[s]["id"]: first[s]["only"] for s in ("a", "b")}
         assert only[a30] == ["30"] and only[a90] == ["90"]
         assert "same scope 'sales'" in first["why"]

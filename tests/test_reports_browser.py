@@ -68,7 +68,7 @@ async def test_never_recalled_and_conflicts_reports_in_the_browser(make_env, chr
                 pairs = page.locator("table.memarc-conflicts tbody tr")
                 assert await pairs.count() == 2
                 top = await text(page, "table.memarc-conflicts tbody tr:nth-child(1)")
-                assert top.startswith("values differ"), top
+                assert top.startswith("same term, values differ"), top
                 assert "only here: 90" in top and "only here: 30" in top, top
                 assert "last 30 days" in top and "last 90 days" in top, top
                 assert "same scope 'sales'" in top and "shop.public.customers" in top, top

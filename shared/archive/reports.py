@@ -131,8 +131,11 @@ class ConflictPair(msgspec.Struct, kw_only=True):
     ``similarity``: the cosine similarity of their stored ``key`` vectors (-1..1); ``kind``:
     ``conflict`` when their key texts differ (near, not equal: a possible contradiction),
     ``duplicate`` when they have the same words (case, spacing, punctuation and word order
-    aside); ``values_differ``: a number or a quoted value is in one text and not the other (the
-    same term defined with 30 days and with 90; such conflicts are ranked first); ``why``: why the
+    aside); ``values_differ``: the two texts state different numbers or quoted values (30
+    days and 90; ``'Female'`` and ``'Male'``); ``same_term``: both define the same term (the
+    words before "refers to", "means", "is", ":" …). Conflicts of the same term whose values
+    differ rank first, then other conflicts of the same term, then those whose values differ,
+    each by similarity; duplicates last. ``why``: why the
     pair is a candidate (the shared scope, the shared objects or a workspace-wide side)."""
 
     family: str
@@ -141,6 +144,7 @@ class ConflictPair(msgspec.Struct, kw_only=True):
     similarity: float
     kind: Literal["conflict", "duplicate"]
     values_differ: bool
+    same_term: bool = False
     why: list[str]
 
 
@@ -216,12 +220,33 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold())
 
 
-def _literals(text: str) -> set[str]:
-    """The quoted values a text compares with (``= 'Banned'``, ``> '30'``, ``LIKE '%x%'``,
-    ``IN ('a'``), case folded, spacing normalised; an apostrophe elsewhere (``Women's``) is no
-    value."""
-    return {" ".join(m.casefold().split()) for m in re.findall(
-        r"(?:[=<>]|\blike\b|\bin\b)\s*\(?\s*'([^']*)'", text, flags=re.I)}
+#: where a definition's term ends: "X refers to …", "X means …", "X is …", "X: …"
+_TERM_END = re.compile(r"\s+(?:refers? to|means?|is|are|stands? for|denotes?)\s+|\s*[:=]\s+",
+                       re.I)
+
+
+def _term(text: str) -> str | None:
+    """The term a text defines (the words before "refers to", "means", "is", ":" …), case
+    folded and spacing normalised; None when the text has no such word in its first 80
+    characters."""
+    m = _TERM_END.search(text[:80])
+    if m is None or m.start() == 0:
+        return None
+    return " ".join(text[:m.start()].casefold().split()) or None
+
+
+def _defined_term(card: Any, key: str) -> str | None:
+    """The term ``card`` defines: that of its definition (a clarification's key text starts
+    with its title), else of its key text ``key``."""
+    return _term(card.content.get("definition") or key)
+
+
+def _values(text: str) -> set[str]:
+    """The values a text states: its numbers and its quoted strings (an apostrophe inside a
+    word, ``Women's``, starts none), case folded."""
+    quoted = re.findall(r"(?<![A-Za-z])'([^'\n]{1,60})'(?![A-Za-z])", text)
+    numbers = re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])", text)
+    return {" ".join(v.casefold().split()) for v in quoted} | set(numbers)
 
 
 def _only(words: list[str], other: list[str]) -> list[str]:
@@ -486,12 +511,12 @@ class Reports:
             wa, wb = _words(ta), _words(tb)
             only_a, only_b = _only(wa, wb), _only(wb, wa)
             duplicate = sorted(wa) == sorted(wb)
-            values = not duplicate and (
-                any(any(ch.isdigit() for ch in w) for w in only_a + only_b)
-                or _literals(ta) != _literals(tb))
+            values = not duplicate and _values(ta) != _values(tb)
+            term_a, term_b = _defined_term(ca, ta), _defined_term(cb, tb)
             pairs.append(ConflictPair(
                 family=ca.family, similarity=round(score, 4), why=why,
                 kind="duplicate" if duplicate else "conflict", values_differ=values,
+                same_term=term_a is not None and term_a == term_b,
                 a=ConflictCard(id=ca.id, title=ca.title, scope=ca.scope, text=ta, only=only_a,
                                objects=by_id[a]["tables"]),
                 b=ConflictCard(id=cb.id, title=cb.title, scope=cb.scope, text=tb, only=only_b,
@@ -503,8 +528,8 @@ class Reports:
 def _sorted_pairs(pairs: list[ConflictPair], sort: str, desc: bool | None) -> list[ConflictPair]:
     """``pairs`` in the order of ``sort`` (see :meth:`Reports.conflicts`), ties by the two ids."""
     keys = {
-        "rank": lambda p: (p.kind != "conflict", not p.values_differ, -p.similarity, p.a.id,
-                           p.b.id),
+        "rank": lambda p: (p.kind != "conflict", not (p.same_term and p.values_differ),
+                           not p.same_term, not p.values_differ, -p.similarity, p.a.id, p.b.id),
         "similarity": lambda p: (-p.similarity, p.a.id, p.b.id),
         "family": lambda p: (p.family, p.kind != "conflict", not p.values_differ, -p.similarity,
                              p.a.id, p.b.id),
