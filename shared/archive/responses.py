@@ -479,11 +479,11 @@ class SessionDecisions(msgspec.Struct):
 
 # ---- feedback on recalls (issue 35, migration 027) ----
 
-class FeedbackEntry(msgspec.Struct):
+class FeedbackEntry(msgspec.Struct, omit_defaults=True):
     """One principal's verdict on one card of one recall. ``via``: api, mcp, explorer, admin,
     or review (recorded by a review that applied the session's proposals citing the card,
     ``review_id`` naming it). ``change`` (in the answer of a ``POST``): ``created``,
-    ``updated`` (the verdict or note changed) or ``unchanged``; None when read back."""
+    ``updated`` (the verdict or note changed) or ``unchanged``; absent when read back."""
 
     card_id: str
     actor: str

@@ -878,6 +878,14 @@ def recalls_command(args: argparse.Namespace) -> Any:
     return api.call("GET", f"{memory_path(args.workspace)}/recalls", params=params)
 
 
+def _at_least_one(text: str) -> int:
+    """A whole number of 1 or more (argparse refuses anything else with its usage error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def configure_feedback_parsers(subparsers: argparse._SubParsersAction) -> None:
     fb = add_command(subparsers, "feedback",
                      "Say which cards of a recall helped, did not apply, or are wrong (its "
@@ -899,8 +907,8 @@ def configure_feedback_parsers(subparsers: argparse._SubParsersAction) -> None:
                      workspace=True)
     rc.add_argument("recall_id", nargs="?", help="show this recall")
     rc.add_argument("--mode", choices=("search", "rules", "solved"), help="only this mode")
-    rc.add_argument("--page", type=int, help="page number (from 1)")
-    rc.add_argument("--per-page", type=int, help="records per page (1..100)")
+    rc.add_argument("--page", type=_at_least_one, help="page number (from 1)")
+    rc.add_argument("--per-page", type=_at_least_one, help="records per page (1..100)")
 
 
 #: The API commands, in the order of ``memarc --help``.
