@@ -1293,10 +1293,11 @@ signs AS (
            lower(r.filters->>'table') AS tbl, r.created_at AS at, 'filter' AS how
     FROM recall_records r WHERE r.filters ? 'table'
     UNION ALL
-    SELECT lower(d.database_name), lower(d.schema_name), lower(d.table_name), r.created_at,
-           'result'
-    FROM recall_records r CROSS JOIN LATERAL unnest(r.card_ids) AS x (card_id)
-    JOIN card_dependencies d ON d.card_id = x.card_id AND d.table_name IS NOT NULL
+    SELECT lower(d.database_name), lower(d.schema_name), lower(d.table_name), h.at, 'result'
+    FROM (SELECT x.card_id, max(r.created_at) AS at
+          FROM recall_records r CROSS JOIN LATERAL unnest(r.card_ids) AS x (card_id)
+          GROUP BY x.card_id) AS h
+    JOIN card_dependencies d ON d.card_id = h.card_id AND d.table_name IS NOT NULL
     UNION ALL
     SELECT lower(s.database_name), lower(s.schema_name), t.tbl, s.recorded_at, 'schema_run'
     FROM schema_change_runs s CROSS JOIN tables t
