@@ -146,10 +146,12 @@ class Metrics:
         """Count one answered recall of ``workspace`` in ``mode`` with ``results`` cards."""
         self._recalls[(workspace, mode, "results" if results else "empty")] += 1
 
-    def observe_feedback(self, workspace: str, verdict: str, via: str, outcome: str) -> None:
-        """Count one verdict stored for ``workspace`` (``outcome``: created, updated or
+    def observe_feedback(self, workspace: str, verdict: str, via: str, outcome: str,
+                         n: int = 1) -> None:
+        """Count ``n`` verdicts stored for ``workspace`` (``outcome``: created, updated or
         unchanged)."""
-        self._feedback[(workspace, verdict, via, outcome)] += 1
+        if n:
+            self._feedback[(workspace, verdict, via, outcome)] += n
 
     def observe_recall_record(self, written: bool) -> None:
         """Count one recall's record: ``written``, or lost."""

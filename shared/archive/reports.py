@@ -34,7 +34,8 @@ import time
 import unicodedata
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -333,6 +334,22 @@ class Reports:
         #: (workspace, families, similarity) -> (state, computed_at, seconds, compared, pairs)
         self._conflicts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
+    async def _read(self, principal: Principal, workspace: str, query: ListQuery, days: int,
+                    sort: str, sorts: tuple[str, ...],
+                    read: Callable[[Any], Awaitable[tuple[list[dict[str, Any]], int]]],
+                    ) -> tuple[list[dict[str, Any]], int]:
+        """A report's rows and total: the permission, the window, page and sort checked, then
+        ``read(conn)`` in a read-only transaction of the workspace.
+
+        :raises NotFound: another workspace. :raises Forbidden: no ``memory.manage``.
+        :raises InvalidInput: days, page, per_page or sort out of bounds."""
+        principal.require(workspace, "memory.manage")
+        _check(days, query.page, query.per_page)
+        _sort(sort, sorts)
+        async with self.db.transaction(workspace, read_only=True) as conn:
+            await workspaces.get(conn, workspace)
+            return await read(conn)
+
     async def never_recalled(self, principal: Principal, workspace: str, query: ListQuery,
                              days: int = 30, sort: str = "idle",
                              desc: bool | None = None) -> NeverRecalledPage:
@@ -344,12 +361,9 @@ class Reports:
         :raises NotFound: another workspace. :raises Forbidden: no ``memory.manage``.
         :raises InvalidInput: days, page, per_page, sort or a filter out of bounds.
         """
-        principal.require(workspace, "memory.manage")
-        _check(days, query.page, query.per_page)
-        _sort(sort, NeverRecalledSort.__args__)  # type: ignore[attr-defined]
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            await workspaces.get(conn, workspace)
-            rows, total = await reports.never_recalled(conn, query, days, sort, desc)
+        rows, total = await self._read(
+            principal, workspace, query, days, sort, get_args(NeverRecalledSort),
+            lambda conn: reports.never_recalled(conn, query, days, sort, desc))
         return NeverRecalledPage(rows=[NeverRecalledRow(
             id=models.card_id_str(r["id"]), family=r["family"], title=r["title"],
             created_at=r["created_at"], last_recalled=r["last_recalled"],
@@ -368,13 +382,11 @@ class Reports:
         :raises InvalidInput: a parameter or filter out of bounds.
         """
         principal.require(workspace, "memory.manage")
-        _check(days, query.page, query.per_page)
         if not 1 <= min_feedback <= 1000:
             raise InvalidInput("min_feedback must be 1..1000", field="min_feedback")
-        _sort(sort, UnhelpfulSort.__args__)  # type: ignore[attr-defined]
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            await workspaces.get(conn, workspace)
-            rows, total = await reports.unhelpful(conn, query, days, min_feedback, sort, desc)
+        rows, total = await self._read(
+            principal, workspace, query, days, sort, get_args(UnhelpfulSort),
+            lambda conn: reports.unhelpful(conn, query, days, min_feedback, sort, desc))
         return UnhelpfulPage(rows=[UnhelpfulRow(
             id=models.card_id_str(r["id"]), family=r["family"], title=r["title"],
             created_at=r["created_at"], recalls=r["recalls"], helpful=r["helpful"],
@@ -397,12 +409,9 @@ class Reports:
         :raises NotFound: another workspace. :raises Forbidden: no ``memory.manage``.
         :raises InvalidInput: days, page, per_page, sort or a filter out of bounds.
         """
-        principal.require(workspace, "memory.manage")
-        _check(days, query.page, query.per_page)
-        _sort(sort, StaleSort.__args__)  # type: ignore[attr-defined]
-        async with self.db.transaction(workspace, read_only=True) as conn:
-            await workspaces.get(conn, workspace)
-            rows, total = await reports.stale_dependencies(conn, query, days, sort, desc)
+        rows, total = await self._read(
+            principal, workspace, query, days, sort, get_args(StaleSort),
+            lambda conn: reports.stale_dependencies(conn, query, days, sort, desc))
         return StaleTablesPage(rows=[StaleTableRow(
             database=r["database_name"], schema=r["schema_name"], table=r["table_name"],
             cards=r["cards"], examples=[CardRef(id=models.card_id_str(uuid.UUID(e["id"])),

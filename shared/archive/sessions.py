@@ -534,8 +534,7 @@ class Workflow:
         if op_ids:
             await self.queue.enqueue(workspace, op_ids)
         if self.metrics is not None:
-            for _ in range(implicit):
-                self.metrics.observe_feedback(workspace, "helpful", "review", "created")
+            self.metrics.observe_feedback(workspace, "helpful", "review", "created", implicit)
         return outcome
 
     async def _apply(self, conn: Connection, principal: Principal, workspace: str,
