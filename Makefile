@@ -3,7 +3,9 @@
 #                 PostgreSQL/Redis/index, BIRD cards);
 #                 UP_ARGS="--port 8100 --explorer-port 8101" picks other ports
 #   make test   - venv, the runtime and the test extra (`pip install -e ".[test]"`), pytest (real
-#                 PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded)
+#                 PostgreSQL and Redis: MEMARC_TEST_* URLs or embedded), in TEST_WORKERS
+#                 pytest-xdist workers, the 20 slowest tests printed at the end
+#   make test-unit - the pure tests (tests/unit): no PostgreSQL, Redis or model, under a minute
 #   make docs   - the manual (docs/) built into site/ with mkdocs --strict
 # `make install` is the developer's set-up (runtime and test extra, as `make test` needs);
 # `make install-runtime` the runtime alone (as `make demo` needs). Each install has its stamp in
@@ -20,7 +22,12 @@ export MEMARC_DENSE_MODEL_PATH ?= $(SHARED_MODELS)/all-MiniLM-L6-v2-onnx
 export MEMARC_BM25_MODEL_PATH ?= $(SHARED_MODELS)/bm25
 endif
 
-.PHONY: install install-runtime demo test docs fuzz bench clean
+# Parallel test workers (pytest-xdist): most of a test's time is spent waiting on PostgreSQL,
+# Redis, a subprocess or a browser, so more workers than the 2 cores pay (docs/development.md
+# has the measurement); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 4
+
+.PHONY: install install-runtime demo test test-unit docs fuzz bench clean
 
 install: $(VENV)/.installed-test
 
@@ -44,7 +51,12 @@ demo: install-runtime
 	$(BIN)/memarc up --demo $(UP_ARGS)
 
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=20 $(PYTEST_ARGS)
+
+# The pure tests: no service is started or needed (the MEMARC_TEST_* URLs are unset for them).
+test-unit: install
+	env -u MEMARC_TEST_DATABASE_URL -u MEMARC_TEST_REDIS_URL $(BIN)/python -m pytest tests/unit \
+	  --durations=10 $(PYTEST_ARGS)
 
 # The manual (docs/) as a site in site/, warnings as errors (a broken link or anchor fails).
 docs: $(VENV)/.installed-docs

@@ -31,7 +31,8 @@ import httpx
 import psycopg
 import pytest
 from psycopg import sql
-from helpers import ENGINES, Env, model_env, redis_test_url, with_database
+from helpers import (ENGINES, Env, model_env, redis_test_url, with_database, worker_redis_url,
+                     xdist_worker)
 
 from shared.config import Settings, load_settings
 from shared.index.embedding import Embedder
@@ -126,10 +127,12 @@ def redis_base_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture
 def redis_url(redis_base_url: str) -> str:
     """The test's Redis database (:func:`~helpers.redis_test_url`: the one the URL names, else
-    ``MEMARC_TEST_REDIS_DB``, else 9), flushed."""
+    ``MEMARC_TEST_REDIS_DB``, else 9; under pytest-xdist, worker N uses that number + N:
+    :func:`~helpers.worker_redis_url`), flushed."""
     import redis
 
-    url = redis_test_url(redis_base_url, os.environ.get("MEMARC_TEST_REDIS_DB"))
+    url = worker_redis_url(redis_test_url(redis_base_url, os.environ.get("MEMARC_TEST_REDIS_DB")),
+                           xdist_worker())
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()

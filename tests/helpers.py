@@ -91,6 +91,40 @@ def redis_test_url(url: str, db: str | None = None) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{number}", urlencode(rest), ""))
 
 
+def xdist_worker() -> int:
+    """This process's pytest-xdist worker number (``gw3`` → 3), 0 outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+
+
+#: Redis servers have 16 databases unless configured otherwise
+REDIS_DATABASES = 16
+
+
+def worker_redis_url(url: str, worker: int) -> str:
+    """The Redis database of xdist worker ``worker``: the database of ``url`` (as
+    :func:`redis_test_url` answers it) plus ``worker``, so that parallel workers never flush
+    each other's database (worker 0 keeps the URL as it is).
+
+    :raises ValueError: the shifted number is past the server's 16 databases."""
+    if worker == 0:
+        return url
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.scheme == "unix":
+        number = int(dict(query)["db"]) + worker
+        rest = [(k, v) for k, v in query if k != "db"]
+        shifted = f"unix://{parts.netloc}{parts.path}?{urlencode([*rest, ('db', str(number))])}"
+    else:
+        number = int(parts.path.strip("/")) + worker
+        shifted = urlunsplit((parts.scheme, parts.netloc, f"/{number}", parts.query, ""))
+    if number >= REDIS_DATABASES:
+        raise ValueError(f"xdist worker {worker} would use Redis database {number}: give "
+                         f"MEMARC_TEST_REDIS_DB a number of at most {REDIS_DATABASES - 1 - worker}"
+                         " (each worker uses the next one)")
+    return shifted
+
+
 def model_env() -> dict[str, str]:
     """Model settings (``MEMARC_DENSE_MODEL_PATH``, ``MEMARC_BM25_MODEL_PATH``): the
     environment's, else the team's offline copies when present, else none (fastembed

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from shared.recall.expansion import link_score
+
 pytestmark = pytest.mark.both_engines
 
 BASE = "/api/workspaces/acme/memory"
@@ -59,12 +61,18 @@ async def test_linked_cards_gain_the_strongest_linked_contribution_with_its_path
         assert len(direct) == 6  # a small workspace: every card is a seed
         assert by_id[a["id"]]["retrieval"]["path"] == [a["id"]]
         assert by_id[a["id"]]["score"] == direct[a["id"]]
-        assert by_id[b["id"]]["retrieval"]["path"] == [a["id"], b["id"]]
-        assert by_id[b["id"]]["score"] == direct[b["id"]] + direct[a["id"]] * 0.5
-        via_b, via_a = direct[b["id"]] * 0.5, direct[a["id"]] * 0.25
-        assert by_id[c["id"]]["score"] == direct[c["id"]] + max(via_a, via_b)
-        assert by_id[c["id"]]["retrieval"]["path"] == (
-            [b["id"], c["id"]] if via_b > via_a else [a["id"], b["id"], c["id"]])
+        # the score is the higher of the direct and the strongest linked one, never their sum
+        via_a = link_score(direct[a["id"]], 1)
+        assert by_id[b["id"]]["score"] == max(direct[b["id"]], via_a)
+        assert by_id[b["id"]]["retrieval"]["path"] == (
+            [a["id"], b["id"]] if via_a > direct[b["id"]] else [b["id"]])
+        via_b, via_a2 = link_score(direct[b["id"]], 1), link_score(direct[a["id"]], 2)
+        assert by_id[c["id"]]["score"] == max(direct[c["id"]], via_a2, via_b)
+        if max(via_a2, via_b) > direct[c["id"]]:
+            assert by_id[c["id"]]["retrieval"]["path"] == (
+                [b["id"], c["id"]] if via_b > via_a2 else [a["id"], b["id"], c["id"]])
+        # a is the first seed: first; b and c, reached from it, right behind it
+        assert [x["card"]["id"] for x in results[:3]] == [a["id"], b["id"], c["id"]]
         scores = [x["score"] for x in results]
         assert scores == sorted(scores, reverse=True)
 
@@ -133,3 +141,45 @@ async def test_a_card_excluded_by_the_caller_is_no_result_and_no_bridge(make_env
         h, _, b, c = await _chain(env)
         by_id = {x["card"]["id"]: x for x in await _ask(env, h, exclude=[b["id"]])}
         assert b["id"] not in by_id and by_id[c["id"]]["retrieval"]["path"] == [c["id"]]
+
+
+# made-up words: a card's title is a phrase no other card shares (the issue 42 reproduction)
+_SYLLABLES = ["ter", "fin", "zel", "kat", "ov", "mur", "bla", "qui", "dro", "pes", "lun", "gor",
+              "vim", "sab", "tel", "nor", "cav", "rix", "hul", "mep"]
+
+
+def _made_up(i: int) -> str:
+    a, b, c = _SYLLABLES[i % 20], _SYLLABLES[(i * 7 + 3) % 20], _SYLLABLES[(i * 13 + 5) % 20]
+    d, e = _SYLLABLES[(i * 3 + 1) % 20], _SYLLABLES[(i // 20 * 11 + i) % 20]
+    return f"{a}{b}{c} {d}{e}{c} booking"
+
+
+async def test_each_card_of_a_linked_workspace_is_first_for_its_own_title(make_env):
+    """Issue 42 section 1: 40 clarifications with one to three dependencies and zero to three
+    links to other cards each; asked by its own made-up title (search, top 100), every card is
+    rank 1 in every branch, so it must be first. With DESIGN's original formula (direct +
+    0.5 × the linking seed's score) weak direct hits that a good seed links to passed it."""
+    async with make_env() as env:
+        env.workspace("acme")
+        h = env.token("acme")
+        made: list[dict] = []
+        for i in range(40):
+            targets = [made[(i * 5 + k * 3) % len(made)]["id"] for k in range(i % 4)] if made else []
+            body = {"family": "domain_clarification", "title": _made_up(i),
+                    "content": {"definition": f"The {_made_up(i)} is counted per booking of "
+                                              f"region {i % 5} and channel {i % 3}."},
+                    "dependencies": [{"database": "shop", "schema": "public",
+                                      "table": f"t{(i + k) % 9}"}
+                                     for k in range(1 + i % 3)],
+                    "links": [{"target": t, "meaning": "related"} for t in dict.fromkeys(targets)]}
+            made.append(await _create(env, h, body))
+        await env.drain()
+        missed = []
+        for card in made:
+            r = await env.client.post(f"{BASE}/search", headers=h, json={
+                "query": card["title"], "mode": "search", "top": 100})
+            assert r.status_code == 200, r.text
+            first = r.json()["results"][0]
+            if first["card"]["id"] != card["id"]:
+                missed.append((card["title"], first["card"]["title"], first["retrieval"]))
+        assert missed == []

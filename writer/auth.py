@@ -10,7 +10,6 @@ the connection's scope for the handler's ``principal`` dependency; ``shared`` ch
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from litestar import Request
@@ -100,7 +99,14 @@ async def reject_unknown_query(connection: ASGIConnection, handler: BaseRouteHan
     :raises BadRequest: an unknown query parameter (named, with the allowed ones).
     """
     path = frozenset(connection.path_params)
-    taken = query_parameters(handler, path)
+    # worked out once per handler and path, in the app's own state: a module-level cache keyed
+    # by the handler would keep every app ever built alive (the test suite builds hundreds)
+    cache = connection.app.state.get(_QUERY_PARAMETERS)
+    if cache is None:
+        cache = connection.app.state[_QUERY_PARAMETERS] = {}
+    taken = cache.get((handler, path))
+    if taken is None:
+        taken = cache[(handler, path)] = query_parameters(handler, path)
     unknown = sorted(set(connection.query_params) - taken - path)
     if unknown:
         names = ", ".join(sorted(taken)) or "none"
@@ -108,11 +114,14 @@ async def reject_unknown_query(connection: ASGIConnection, handler: BaseRouteHan
                          parameter=unknown[0][:100])
 
 
-@functools.lru_cache(maxsize=4096)
+#: the app state's key of :func:`reject_unknown_query`'s cache of :func:`query_parameters`
+_QUERY_PARAMETERS = "memarc_query_parameters"
+
+
 def query_parameters(handler: BaseRouteHandler, path_parameters: frozenset[str]) -> frozenset[str]:
     """The query parameters a route handler takes (their names in the query), as Litestar reads
-    them from its signature and its dependencies' for the route's ``path_parameters``; worked
-    out once per handler."""
+    them from its signature and its dependencies' for the route's ``path_parameters`` (the guard
+    keeps the answer per handler in the app's state)."""
     names = dict.fromkeys(path_parameters)  # only the names are read
     model = handler.create_kwargs_model(path_parameters=names)  # type: ignore[arg-type]
     return frozenset(p.field_alias for p in model.expected_query_params)

@@ -15,7 +15,8 @@ from typing import Any
 #: line colours by mode and source (colour-blind safe: Okabe & Ito's palette)
 COLOURS = {("solved", "derived"): "#0072B2", ("search", "derived"): "#E69F00",
            ("rules", "derived"): "#009E73", ("solved", "curated"): "#56B4E9",
-           ("search", "curated"): "#D55E00", ("rules", "curated"): "#CC79A7"}
+           ("search", "curated"): "#D55E00", ("rules", "curated"): "#CC79A7",
+           ("search", "title"): "#000000", ("rules", "title"): "#777777"}
 WIDTH, HEIGHT = 900, 300
 LEFT, RIGHT, TOP, BOTTOM = 56, 180, 16, 48
 #: the most runs a chart shows (the newest)

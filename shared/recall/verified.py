@@ -15,8 +15,10 @@ Steps, for one request:
    2 hops, 20 links per card in target-id order, 200 card look-ups and 400 links in total);
    every destination and intermediate card must itself be eligible. The response's
    ``expansion`` says whether one of these budgets cut it short, and how much it read.
-4. Score: ``1/(60 + r)`` for the seed at rank r plus the strongest single linked contribution
-   ``seed score × 0.5^hops``; ties by card id.
+4. Score: the higher of a card's direct score, ``1/(60 + r)`` for the seed at rank r, and its
+   strongest single linked score (:func:`~shared.recall.expansion.link_score`: ``1/(60 + r' +
+   hops/3)`` for a path from the seed at rank r'), never their sum; ties by card id. A card ranked
+   first is never passed by a linked card, and a linked card ranks right behind its source.
 5. Rebuild every result card from PostgreSQL.
 
 The query is embedded and the index searched before any pooled connection or lock is taken
@@ -55,7 +57,7 @@ from shared.models import (ExpansionSummary, RecallResponse, RecallResult, Retri
 from shared.recall import floor as similarity_floor
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
 from shared.recall.eligibility import CandidateRow, build_filter, eligible
-from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links
+from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links, rank
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
 from shared.store import cards, evaluations, outbox, rebuilds, verification, workspaces
@@ -398,10 +400,7 @@ async def _rank_and_read(conn: Connection, seeds: list[uuid.UUID],
         t.expand += clock() - t0
 
     t0 = clock()
-    scored: dict[uuid.UUID, float] = {cid: s for cid, s in seed_scores}
-    for cid, contribution in expansion.contribution.items():
-        scored[cid] = scored.get(cid, 0.0) + contribution
-    ranked = sorted(scored.items(), key=lambda item: (-item[1], card_id_str(item[0])))[:top]
+    ranked, by_link = rank(seed_scores, expansion, top)
     result_cards = await cards.get_many(conn, [cid for cid, _ in ranked])
     seed_rank = {cid: r for r, cid in enumerate(seeds, start=1)}
     results: list[RecallResult] = []
@@ -409,7 +408,7 @@ async def _rank_and_read(conn: Connection, seeds: list[uuid.UUID],
         card = result_cards.get(cid)
         if card is None:  # cannot happen under the shared lock; never invent content
             continue
-        if cid in expansion.path:
+        if cid in by_link:
             path = [card_id_str(p) for p in expansion.path[cid]]
         else:
             path = [card_id_str(cid)]

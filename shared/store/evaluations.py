@@ -23,6 +23,14 @@ async def solved_cards(conn: AsyncConnection, fmt: int) -> list[dict[str, Any]]:
     return await (await conn.execute(Q.evaluations_solved_cards, {"format": fmt})).fetchall()
 
 
+async def title_cards(conn: AsyncConnection, fmt: int, limit: int) -> list[dict[str, Any]]:
+    """A stable sample of at most ``limit`` cards other than solved questions projected in format
+    ``fmt``: ``{id, family, title, same_title}`` (``same_title``: the projected ids of those
+    families with this title, itself included)."""
+    return await (await conn.execute(Q.evaluations_title_cards,
+                                     {"format": fmt, "limit": limit})).fetchall()
+
+
 async def projected(conn: AsyncConnection, ids: list[uuid.UUID], fmt: int) -> set[uuid.UUID]:
     """Which of ``ids`` are cards projected at their current revision in format ``fmt``."""
     rows = await (await conn.execute(Q.evaluations_projected, {"ids": ids, "format": fmt})).fetchall()

@@ -970,6 +970,22 @@ JOIN projections p ON p.card_id = c.id AND p.revision = c.revision AND p.format 
 WHERE c.family = 'solved_question' AND coalesce(c.content ->> 'question', '') <> ''
 ORDER BY c.id;
 
+-- name: evaluations_title_cards
+-- A sample of at most %(limit)s cards other than solved questions, projected in the current format
+-- (%(format)s), in a stable order (md5 of the id): each with its family, its title and the ids of
+-- every projected card of those families with the same title (itself included), the derived
+-- ``title`` cases' material (shared/evaluation/cases.py).
+SELECT c.id, c.family, c.title,
+       (SELECT array_agg(o.id ORDER BY o.id) FROM cards o
+        JOIN projections op ON op.card_id = o.id AND op.revision = o.revision
+             AND op.format = %(format)s
+        WHERE o.title = c.title AND o.family <> 'solved_question') AS same_title
+FROM cards c
+JOIN projections p ON p.card_id = c.id AND p.revision = c.revision AND p.format = %(format)s
+WHERE c.family <> 'solved_question'
+ORDER BY md5(c.id::text), c.id
+LIMIT %(limit)s;
+
 -- name: evaluations_projected
 -- Which of %(ids)s are cards projected at their revision in the current format (%(format)s).
 SELECT c.id FROM cards c

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from shared.index.engine import IndexFilter
 from shared.models import PROJECTION_FORMAT
 from shared.recall.eligibility import CandidateRow
-from shared.recall.expansion import (HOP_DECAY, LINKS_PER_CARD, MAX_LINKS, MAX_LOOKUPS,
-                                     expand_links)
+from shared.recall.expansion import (LINKS_PER_CARD, MAX_HOPS, MAX_LINKS, MAX_LOOKUPS,
+                                     expand_links, link_score, rank)
 
 IDS = [uuid.UUID(int=i + 1) for i in range(400)]
 
@@ -74,7 +74,7 @@ def _brute_force(seeds, eligible, links, per_card=LINKS_PER_CARD):
     best: dict[uuid.UUID, tuple[float, tuple[str, ...]]] = {}
 
     def offer(path):
-        c = score[path[0]] * HOP_DECAY ** (len(path) - 1)
+        c = link_score(score[path[0]], len(path) - 1)
         key = tuple(str(p) for p in path)
         cur = best.get(path[-1])
         if cur is None or c > cur[0] or (c == cur[0] and key < cur[1]):
@@ -125,7 +125,7 @@ def test_budgets_are_never_exceeded_and_every_path_is_valid(g):
         for a, b in zip(path, path[1:]):
             assert b in links[a][:LINKS_PER_CARD]
         assert all(eligible[c] for c in path)  # no ineligible destination or bridge
-        assert result.contribution[cid] == seed_score[path[0]] * HOP_DECAY ** (len(path) - 1)
+        assert result.contribution[cid] == link_score(seed_score[path[0]], len(path) - 1)
     # deterministic
     _, _, again = _run(seeds, eligible, links)
     assert again.contribution == result.contribution and again.path == result.path
@@ -157,7 +157,7 @@ def test_counting_rules_on_a_star():
     assert result.links_inspected == 20
     assert result.lookups == 20
     assert set(result.contribution) == {t for t in targets[:20] if eligible[t]}
-    assert all(v == (1 / 61) * 0.5 for v in result.contribution.values())
+    assert all(v == link_score(1 / 61, 1) for v in result.contribution.values())
     assert result.truncated and result.budgets_hit == {"links_per_card"}
 
 
@@ -194,6 +194,108 @@ def test_several_paths_never_add_up_and_a_seed_gets_direct_plus_best_linked():
     eligible = {a: True, b: True, c: True}
     scored, _, result = _run([a, b], eligible, links)
     # c is reached from a (1 hop), from b (1 hop) and a->b->c (2 hops): strongest single path wins
-    assert result.contribution[c] == (1 / 61) * 0.5 and result.path[c] == (a, c)
+    assert result.contribution[c] == link_score(1 / 61, 1) and result.path[c] == (a, c)
     # b is itself a seed and also reached from a
-    assert result.contribution[b] == (1 / 61) * 0.5
+    assert result.contribution[b] == link_score(1 / 61, 1)
+
+
+# --- ranking (DESIGN §5.4 as revised, issue 42): the four properties, over random graphs ---
+
+def _ranked(seeds, eligible, links, top=100):
+    scored, _, result = _run(seeds, eligible, links, max_lookups=10_000, max_links=10_000)
+    ranked, by_link = rank(scored, result, top)
+    return scored, result, ranked, by_link
+
+
+def test_link_score_sits_between_its_seed_and_the_next():
+    for r in range(1, 101):
+        s, following = 1 / (60 + r), 1 / (61 + r)
+        scores = [link_score(s, h) for h in range(1, MAX_HOPS + 1)]
+        assert s > scores[0] > scores[-1] > following
+        assert scores == sorted(scores, reverse=True)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_the_first_seed_is_first(g):
+    """A card ranked first by every branch is the first seed: nothing a link reaches passes it."""
+    cards, eligible, links, seeds = g
+    if not seeds:
+        return
+    _, _, ranked, by_link = _ranked(seeds, eligible, links)
+    assert ranked[0][0] == seeds[0] and seeds[0] not in by_link
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_a_link_never_lifts_a_card_above_the_card_it_was_reached_from(g):
+    cards, eligible, links, seeds = g
+    scored, result, ranked, by_link = _ranked(seeds, eligible, links)
+    position = {cid: i for i, (cid, _) in enumerate(ranked)}
+    score = dict(ranked)
+    for cid in by_link:
+        path = result.path[cid]
+        for earlier in path[:-1]:  # the seed and any bridge come before it
+            assert position[earlier] < position[cid]
+            assert score[earlier] > score[cid]
+    # a card that was a seed but ranks by its link scores no more than the link gives it
+    for cid, s in ranked:
+        assert s == max(dict(scored).get(cid, 0.0), result.contribution.get(cid, 0.0))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_repeated_paths_never_add_up(g):
+    """A card's score is one of its evidences (direct, or its strongest single path), never
+    more: it is at most the best of them, whatever the number of paths to it."""
+    cards, eligible, links, seeds = g
+    scored, result, ranked, _ = _ranked(seeds, eligible, links)
+    direct = dict(scored)
+    brute = _brute_force(seeds, eligible, links)
+    for cid, s in ranked:
+        best_path = brute[cid][0] if cid in brute else 0.0
+        assert s == max(direct.get(cid, 0.0), best_path)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_a_card_reached_only_by_a_link_comes_right_after_its_source(g):
+    """Between a linked-only card and its origin seed there are only cards ranked there by a
+    link too, from the same seed or one ranked above it (fewer hops, or as many with a smaller
+    id): no card's own direct evidence comes in between, so the next seed follows it."""
+    cards, eligible, links, seeds = g
+    scored, result, ranked, by_link = _ranked(seeds, eligible, links)
+    direct = dict(scored)
+    position = {cid: i for i, (cid, _) in enumerate(ranked)}
+    for cid in result.contribution:
+        if cid in direct:
+            continue
+        assert cid in position  # still appears
+        origin = result.path[cid][0]
+        between = [c for c, _ in ranked[position[origin] + 1:position[cid]]]
+        for c in between:
+            assert c in by_link
+            other = result.path[c][0]
+            assert direct[other] >= direct[origin]
+            if other == origin:
+                assert len(result.path[c]) <= len(result.path[cid])
+        # the seed right below the origin comes after the card
+        below = [c for c, s in scored if s < direct[origin]]
+        if below and below[0] in position and below[0] not in by_link:
+            assert position[below[0]] > position[cid]
+
+
+def test_the_issue_42_case_a_best_direct_hit_is_not_buried():
+    """Seed 1 is the card asked for by its own title; seeds 2-30 are weak hits that a good seed
+    links to. With the old formula (direct + 0.5 × source) the linked weak hits passed seed 1."""
+    seeds = IDS[:30]
+    links = {s: [seeds[(i + 1) % 30], seeds[(i + 2) % 30]] for i, s in enumerate(seeds)}
+    links[seeds[0]] = []  # the asked card links to nothing
+    eligible = dict.fromkeys(seeds, True)
+    scored, result, ranked, _ = _ranked(seeds, eligible, links, top=10)
+    assert ranked[0][0] == seeds[0]
+    old = {c: s + result_old for c, s in scored
+           for result_old in [max((dict(scored)[p] * 0.5 ** (h + 1)
+                                   for p in seeds for h in range(2)
+                                   if c in links.get(p, []) and h == 0), default=0.0)]}
+    assert sorted(old, key=lambda c: -old[c]).index(seeds[0]) > 0  # the old formula buried it

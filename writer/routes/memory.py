@@ -273,9 +273,9 @@ class MemoryController(Controller):
         (DBSF) of bm25 ×0.75, dense ×1, key ×1; search: distribution-based score fusion (DBSF)
         of bm25 ×4, dense ×4, key ×1, key_bm25 ×4; rules: distribution-based score fusion
         (DBSF) of key ×0.5, key_bm25 ×0.5, own ×2, own_bm25 ×1. A result's ``score`` is
-        ``1/(60 + r)`` for a verified seed at fused rank r, plus the strongest contribution
-        reaching the card along links (the linking seed's score × 0.5 per hop): it orders this
-        query's results and is not a similarity. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
+        ``1/(60 + r)`` for a verified seed at fused rank r or, when higher, ``1/(60 + r' +
+        hops/3)`` of the strongest path reaching the card along links from the seed at rank r'
+        (never a sum): it orders this query's results and is not a similarity. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
         exclude?, session?}``; ``session``: the caller's workflow session, whose decided cards
         (``POST .../sessions/{id}/decisions``) are left out and never bridge. Errors: 400/422
         bad input, 403 (permission or binding), 503 ``index_unavailable`` / ``index_incompatible`` / ``embedder_unavailable`` /
