@@ -104,6 +104,23 @@ def dependency_matches(physical: tuple[str | None, ...], dep: tuple[str | None, 
     return all(want is None or have is None or have == want for want, have in zip(physical, dep))
 
 
+def specificity(row: CandidateRow, physical: tuple[str | None, ...]) -> float:
+    """How specific a card is to a physical filter (issue 42), in [0, 1]: over the card's
+    dependencies that satisfy the filter (:func:`dependency_matches`), the largest share of the
+    filter's named levels (database, schema, table, column) that the dependency names itself
+    rather than stopping above. A workspace-wide card (no dependencies), a card none of whose
+    dependencies matches, and any card under a filter that names nothing get 0; a card whose
+    dependency names the filter's database and table, under ``{database, table}``, gets 1."""
+    named = [i for i, v in enumerate(physical) if v is not None]
+    if not named or not row.dependencies:
+        return 0.0
+    best = 0
+    for dep in row.dependencies:
+        if dependency_matches(physical, dep):
+            best = max(best, sum(1 for i in named if i < len(dep) and dep[i] is not None))
+    return best / len(named)
+
+
 def matches_filters(row: CandidateRow, flt: IndexFilter) -> bool:
     """The PostgreSQL-side twin of the index filter (DESIGN §5): family, exact scope, all
     concepts, physical context by a single dependency entry (no dependencies = workspace-wide),

@@ -45,6 +45,11 @@ class FusionProfile(msgspec.Struct, frozen=True, kw_only=True):
     k: float = RRF_K
     clip: bool = False
     confidence: float = 0.0
+    #: the bounded specificity prior (issue 42): under a physical filter, a verified candidate's
+    #: fused score (when positive) is multiplied by ``1 + specificity × s``, ``s`` in [0, 1] the
+    #: share of the filter's named levels that the card's own best matching dependency names
+    #: (:func:`shared.recall.eligibility.specificity`; 0 for a workspace-wide card). 0: off.
+    specificity: float = 0.0
 
     def branches(self) -> tuple[str, ...]:
         """The named vectors this profile queries (weight > 0), in a stable order."""
@@ -59,7 +64,11 @@ class FusionProfile(msgspec.Struct, frozen=True, kw_only=True):
         if self.method == "dbsf" and self.confidence:
             method = ("distribution-based score fusion (DBSF) with per-query confidence "
                       f"weighting (c = {self.confidence:g})")
-        return f"{method} of " + ", ".join(f"{n} ×{self.weights[n]:g}" for n in self.branches())
+        text = f"{method} of " + ", ".join(f"{n} ×{self.weights[n]:g}" for n in self.branches())
+        if self.specificity:
+            text += (f"; under a database/table filter, cards of that database/table before "
+                     f"workspace-wide ones (score × up to {1 + self.specificity:g})")
+        return text
 
 
 def rrf_fuse(rankings: list[list[uuid.UUID]], weights: list[float] | None = None,

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
+import numpy as np
 
 from shared import models
 from shared.auth import Principal
@@ -55,8 +56,9 @@ from shared.index.engine import (BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25, Hit,
 from shared.models import (ExpansionSummary, RecallResponse, RecallResult, Retrieval,
                            SearchRequest, card_id_str)
 from shared.recall import floor as similarity_floor
+from shared.recall.adapter import QueryAdapter
 from shared.privacy import DEFAULT_FILTER, PrivacyFilter
-from shared.recall.eligibility import CandidateRow, build_filter, eligible
+from shared.recall.eligibility import CandidateRow, build_filter, eligible, specificity
 from shared.recall.expansion import BUDGETS, LINKS_PER_CARD, Expansion, expand_links, rank
 from shared.recall.fusion import RRF_K, FusionProfile, fuse
 from shared.recall.profiles import profile_for
@@ -105,7 +107,8 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                  role: Literal["runtime", "reader"] = "runtime",
                  privacy: PrivacyFilter = DEFAULT_FILTER,
                  stand_in: Mapping[uuid.UUID, Mapping[str, str]] | None = None,
-                 target: IndexTarget | None = None
+                 target: IndexTarget | None = None,
+                 adapter: QueryAdapter | None = None
                  ) -> RecallResponse:
     """Verified hybrid recall for one request (see the module docstring).
 
@@ -136,6 +139,10 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     switch), the workspace's current one is checked as before (:func:`_searchable`).
     ``target``: search this collection with this model instead (the evaluation of a shadow
     rebuild's collection before its switch); requests from people and applications pass none.
+
+    ``adapter``: a query adapter (issue 42, :mod:`shared.recall.adapter`) applied to the dense
+    query vector before the index is searched (every dense branch, and the similarities, see the
+    adapted query); card vectors are untouched.
 
     ``req.session``: the caller's workflow session; the cards decided in it (migration 012) are
     excluded like ``exclude`` and are never a bridge of link expansion. A session without
@@ -169,6 +176,8 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
     model = target.model if target is not None else workspaces.model_of(recorded)
     t0 = clock()
     dense, sparse = await embedder.embed_query(query_text, language, model)
+    if adapter is not None:
+        dense = adapter.apply(np.asarray(dense, dtype=np.float32)).tolist()
     layout = layout or embedder.layout(language, model=model)
     floor = (similarity_floor.for_mode(floors, embedder.fingerprint(language, model), req.mode)
              if target is None else None)
@@ -238,8 +247,11 @@ async def recall(db: Database, index: IndexEngine, embedder: Embedder, principal
                         dropped.add(cid)
                         new_drops += 1
                     continue
-                if len(seeds) < n:
-                    seeds.append(cid)
+                seeds.append(cid)
+            if profile.specificity and any(v is not None for v in flt.physical):
+                seeds = _by_specificity(seeds, dict(fused), rows, flt.physical,
+                                        profile.specificity)
+            seeds = seeds[:n]
             t.verify += clock() - t0
             last = (new_drops == 0 or len(seeds) >= n or not more_available
                     or round_no == MAX_ROUNDS - 1)
@@ -355,6 +367,21 @@ def _stood_in(hits: dict[str, list[Hit]], stand_in: Mapping[uuid.UUID, Mapping[s
         ranking.sort(key=lambda h: -h.score)
         out[name] = ranking
     return out
+
+
+def _by_specificity(seeds: list[uuid.UUID], fused: Mapping[uuid.UUID, float],
+                    rows: Mapping[uuid.UUID, CandidateRow | None],
+                    physical: tuple[str | None, ...], weight: float) -> list[uuid.UUID]:
+    """The verified seeds re-ordered by the specificity prior (issue 42,
+    :attr:`~shared.recall.fusion.FusionProfile.specificity`): each positive fused score times
+    ``1 + weight × specificity`` (:func:`~shared.recall.eligibility.specificity`), a stable sort,
+    so cards of equal standing keep their fused order."""
+    def adjusted(cid: uuid.UUID) -> float:
+        score, row = fused[cid], rows.get(cid)
+        if score <= 0 or row is None:
+            return score
+        return score * (1.0 + weight * specificity(row, physical))
+    return sorted(seeds, key=lambda cid: -adjusted(cid))
 
 
 def _excluding(flt: IndexFilter, decided: set[uuid.UUID]) -> IndexFilter:

@@ -272,7 +272,10 @@ def test_a_card_reached_only_by_a_link_comes_right_after_its_source(g):
             continue
         assert cid in position  # still appears
         origin = result.path[cid][0]
-        between = [c for c, _ in ranked[position[origin] + 1:position[cid]]]
+        # the cards ranked between the origin's own (direct) place and this card; the origin
+        # itself may rank higher, lifted by a link from a better seed
+        mine = dict(ranked)[cid]
+        between = [c for c, sc in ranked if mine < sc < direct[origin]]
         for c in between:
             assert c in by_link
             other = result.path[c][0]

@@ -99,3 +99,38 @@ def test_the_postgresql_twin_applies_every_filter():
     assert not eligible(None, IndexFilter())
     assert not eligible(row(projected_revision=1), IndexFilter())
     assert not eligible(row(projected_format=PROJECTION_FORMAT - 1), IndexFilter())
+
+
+def test_specificity_is_the_share_of_the_filter_a_matching_dependency_names_itself():
+    """Issue 42, section 2: how specific a card is to a physical filter."""
+    from shared.recall.eligibility import specificity
+
+    table = ("shop", None, "orders", None)
+    assert specificity(row(), table) == 1.0  # shop.public.orders names database and table
+    assert specificity(row(), ("shop", None, None, None)) == 1.0
+    assert specificity(row(dependencies=(("shop", None, None, None),)), table) == 0.5
+    assert specificity(row(dependencies=()), table) == 0.0  # workspace-wide
+    assert specificity(row(dependencies=(("crm", "public", "orders", None),)), table) == 0.0
+    assert specificity(row(), (None, None, None, None)) == 0.0  # no filter: nothing to match
+    # the best of several dependencies counts
+    both = (("shop", None, None, None), ("shop", "public", "orders", "id"))
+    assert specificity(row(dependencies=both), ("shop", None, "orders", "id")) == 1.0
+    assert specificity(row(dependencies=both), ("shop", None, "orders", "total")) == 1 / 3
+
+
+def test_the_specificity_prior_reorders_verified_seeds_within_its_bound():
+    """A specific card passes a workspace-wide one only when its fused score is within the
+    prior's factor of it; with the prior off (0) the fused order stays."""
+    from shared.recall.verified import _by_specificity
+
+    wide, specific, far = uuid.UUID(int=11), uuid.UUID(int=12), uuid.UUID(int=13)
+    rows = {wide: row(id=wide, dependencies=()), specific: row(id=specific),
+            far: row(id=far)}
+    fused = {wide: 1.0, specific: 0.9, far: 0.5}
+    physical = ("shop", None, "orders", None)
+    assert _by_specificity([wide, specific, far], fused, rows, physical, 0.25) == [
+        specific, wide, far]  # 0.9 × 1.25 > 1.0, 0.5 × 1.25 < 1.0
+    assert _by_specificity([wide, specific, far], fused, rows, physical, 0.05) == [
+        wide, specific, far]  # 0.9 × 1.05 < 1.0
+    assert _by_specificity([wide, specific, far], fused, rows, physical, 0.0) == [
+        wide, specific, far]
