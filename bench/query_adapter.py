@@ -8,9 +8,10 @@ of fold, on the bundled BIRD workspace.
    (``projected_text``, without the questions of linking solved cards: no question reaches its
    card through document expansion), embedded with the workspace's dense model. The pool is
    every card that is not a solved question.
-3. K-fold over the solved questions (5 folds, a fixed random permutation): the adapter of fold
-   k is trained (:func:`shared.recall.adapter.train`, defaults: rank 32, τ 0.05, Adam 0.003,
-   early stopping on 20 % of its own training questions) on the other four folds' questions
+3. K-fold over the solved questions (5 folds by the md5 of the question text): the adapter of fold
+   k is trained (:func:`shared.recall.adapter.train`, defaults: rank 32, τ 0.05, Adam,
+   early stopping and the learning rate (of 0.0003, 0.001, 0.003) chosen on 20 % of
+   its own training questions) on the other four folds' questions
    only, and every derived case of fold k's questions is recalled with it through
    :func:`shared.recall.verified.recall` (filters, stand-in leave-one-out, verification,
    expansion, ranking), as :mod:`shared.evaluation.run` asks them (top 10, then 100 when the
@@ -29,11 +30,13 @@ Run: ``.venv/bin/python bench/query_adapter.py`` (about 8 minutes on 2 cores).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,6 +56,8 @@ from shared.recall.verified import recall  # noqa: E402
 from shared.store import cards as card_rows  # noqa: E402
 
 FOLDS = 5
+#: the dense branches' weight scales tried with the adapter on (chosen on TUNE)
+SCALES = (1.5, 2.0, 3.0)
 DENSE_ONLY = FusionProfile(method="rrf", weights={DENSE: 1.0})
 
 
@@ -91,8 +96,9 @@ async def main() -> None:
         query_vectors = np.asarray([(await res.embedder.embed_query(questions[s], "en"))[0]
                                     for s in solved], dtype=np.float32)
         embed_seconds = time.perf_counter() - started
-        fold_of = {s: int(i) % FOLDS for i, s in
-                   zip(np.random.default_rng(0).permutation(len(solved)), solved)}
+        # folds by the md5 of the question text: the same folds in every build (card ids differ)
+        fold_of = {s: int(hashlib.md5(questions[s].encode()).hexdigest(), 16) % FOLDS
+                   for s in solved}
         adapters: dict[int, QueryAdapter] = {}
         train_seconds = []
         for k in range(FOLDS):
@@ -103,6 +109,7 @@ async def main() -> None:
             train_seconds.append(time.perf_counter() - t0)
             print(json.dumps({"fold": k, "questions": len(rows), "pairs": adapters[k].pairs,
                               "steps": adapters[k].steps,
+                              "learning_rate": adapters[k].learning_rate,
                               "validation_mrr": [round(x, 3) for x in adapters[k].validation_mrr],
                               "seconds": round(train_seconds[-1], 1)}), flush=True)
         principal = Principal(workspace="bird", permissions=frozenset({"memory.read"}),
@@ -133,6 +140,55 @@ async def main() -> None:
                     ranks[label][case.key] = await ask(case, profile, adapter)
                 print(json.dumps({"configuration": label,
                                   "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
+        # the fusion re-weighted with the adapter on: the dense branches' weights scaled, the
+        # scale chosen on the TUNE databases (bench/README's split of the databases the linked
+        # cases filter on) and reported on REPORT, search and rules cases only
+        filtered_dbs = sorted({c.filters.database for c in cases
+                               if c.filters is not None and c.filters.database})
+        tune_dbs = set(filtered_dbs[0::2])  # bench/README's BIRD TUNE: even index by name
+        dense_names = set(res.embedder.layout("en").dense)
+
+        def scaled(mode: str, scale: float) -> FusionProfile:
+            base = MODE_PROFILES[mode]
+            return msgspec.structs.replace(base, weights={
+                n: w * scale if n in dense_names else w for n, w in base.weights.items()})
+
+        for scale in SCALES:
+            label = f"production + adapter, dense ×{scale:g}"
+            ranks[label] = dict(ranks["production + adapter"])
+            for case in cases:
+                if case.mode == "solved":
+                    continue
+                ranks[label][case.key] = await ask(case, scaled(case.mode, scale),
+                                                   adapters[fold_of[_solved_of(case)]])
+
+        def split_of(case: Case) -> str:
+            db = case.filters.database if case.filters is not None else None
+            return "TUNE" if db in tune_dbs else "REPORT"
+
+        def figs(label: str, mode: str, split: str | None) -> dict[str, float]:
+            return _figures([ranks[label][c.key] for c in cases if c.mode == mode
+                             and (split is None or split_of(c) == split)])
+
+        def tune_key(label: str) -> tuple[float, float]:
+            got = [figs(label, m, "TUNE") for m in ("search", "rules")]
+            return (sum(g["r3"] for g in got), sum(g["mrr"] for g in got))
+
+        candidates = ["production + adapter"] + [f"production + adapter, dense ×{x:g}"
+                                                 for x in SCALES]
+        rules_floor = figs("production + adapter", "rules", "TUNE")["mrr"]
+        allowed = [c for c in candidates if figs(c, "rules", "TUNE")["mrr"] >= rules_floor]
+        chosen = max(allowed, key=tune_key)
+        print(json.dumps({"tune_databases": sorted(tune_dbs), "chosen_on_tune": chosen}))
+        print("| split | mode | configuration | cases | r@1 | r@3 | r@5 | MRR |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for split in ("TUNE", "REPORT"):
+            for mode in ("search", "rules"):
+                for label in ["production", *candidates]:
+                    f = figs(label, mode, split)
+                    mark = " **chosen**" if label == chosen else ""
+                    print(f"| {split} | {mode} | {label}{mark} | {f['n']} | {f['r1']:.3f} | "
+                          f"{f['r3']:.3f} | {f['r5']:.3f} | {f['mrr']:.3f} |")
         print(json.dumps({"embed_seconds": round(embed_seconds, 1),
                           "train_seconds_per_fold": round(float(np.median(train_seconds)), 1),
                           "pool": len(pool_ids), "solved": len(solved),
@@ -142,10 +198,12 @@ async def main() -> None:
         for mode in ("solved", "search", "rules"):
             keys = [c.key for c in cases if c.mode == mode]
             for label, got in ranks.items():
+                if "×" in label and label != chosen:
+                    continue
                 f = _figures([got[k] for k in keys])
                 test = ""
-                if label.endswith("adapter"):
-                    base = ranks[label.replace(" + adapter", "")]
+                if "adapter" in label:
+                    base = ranks[label.split(" + adapter")[0]]
                     def hit(r: int | None) -> bool:
                         return r is not None and r <= 3
                     won = sum(1 for k in keys if hit(got[k]) and not hit(base[k]))
@@ -157,6 +215,8 @@ async def main() -> None:
         # its linked cards (any mode) is within the first k of its case
         print("| per question (linked cards, any) | questions | configuration | r@1 | r@3 | r@5 | MRR | |")
         for label, got in ranks.items():
+            if "×" in label and label != chosen:
+                continue
             best: dict[str, int | None] = {}
             for c in cases:
                 if c.kind != "linked":

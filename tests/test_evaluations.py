@@ -278,13 +278,14 @@ async def test_the_explorer_shows_the_latest_figures_read_only(make_env, explore
 async def test_the_cli_runs_an_evaluation_and_lists_the_history(make_env, monkeypatch, capsys,
                                                                  tmp_path):
     async with live_writer(make_env, monkeypatch) as env:
+        # the worker queues no run of its own (MEMARC_EVAL_EVERY_HOURS=0): the one below is the
+        # CLI's (set before the import: the drain's worker may otherwise queue one after it)
+        env.no_automatic_evaluations()
         h = env.token("acme")
         r = await env.client.post(f"{BASE}/import", content=bird_subset("debit_card_specializing"),
                                   headers={**h, "Content-Type": "application/x-ndjson"})
         assert r.status_code == 201
         await env.drain()
-        # the worker queues no run of its own (MEMARC_EVAL_EVERY_HOURS=0): this one is the CLI's
-        env.no_automatic_evaluations()
         async with env.running_worker():
             code, run, err = await run_cli(capsys, "eval", "--workspace", "acme",
                                            "--fail-on-regression", "--misses", "2")

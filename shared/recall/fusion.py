@@ -66,8 +66,8 @@ class FusionProfile(msgspec.Struct, frozen=True, kw_only=True):
                       f"weighting (c = {self.confidence:g})")
         text = f"{method} of " + ", ".join(f"{n} ×{self.weights[n]:g}" for n in self.branches())
         if self.specificity:
-            text += (f"; under a database/table filter, cards of that database/table before "
-                     f"workspace-wide ones (score × up to {1 + self.specificity:g})")
+            text += (f" with a specificity prior (a card naming the filtered database or table "
+                     f"scores up to ×{1 + self.specificity:g})")
         return text
 
 

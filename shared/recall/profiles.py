@@ -37,12 +37,22 @@ from __future__ import annotations
 from shared.index.engine import BM25, DENSE, KEY, KEY_BM25, OWN, OWN_BM25
 from shared.recall.fusion import FusionProfile
 
+#: the specificity prior of ``search`` and ``rules`` (issue 42): under a database/table filter a
+#: card whose own dependency names it scores up to twice a workspace-wide one. Chosen on BIRD's
+#: TUNE databases among 0, 0.1, 0.25, 0.5 and 1 with ``bench/specificity.py``; on REPORT it lost
+#: no case and took the workspace-wide share of the first five under a table filter from 0.7 % to
+#: 0 (``bench/README.md``, "Specificity prior"). ``solved`` returns solved questions only, which
+#: always name their database: no prior.
+SPECIFICITY = 1.0
+
 MODE_PROFILES: dict[str, FusionProfile] = {
     "solved": FusionProfile(method="dbsf", weights={KEY: 1.0, DENSE: 1.0, BM25: 0.75}),
     "search": FusionProfile(method="dbsf",
-                            weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0}),
+                            weights={KEY: 1.0, DENSE: 4.0, BM25: 4.0, KEY_BM25: 4.0},
+                            specificity=SPECIFICITY),
     "rules": FusionProfile(method="dbsf",
-                           weights={KEY: 0.5, KEY_BM25: 0.5, OWN: 2.0, OWN_BM25: 1.0}),
+                           weights={KEY: 0.5, KEY_BM25: 0.5, OWN: 2.0, OWN_BM25: 1.0},
+                           specificity=SPECIFICITY),
 }
 
 

@@ -92,12 +92,15 @@ def test_a_profile_passes_its_confidence_and_says_so():
 def test_every_mode_keeps_the_profile_its_figures_were_measured_with():
     """Every mode keeps the profile its published figures were measured with, confidence
     weighting off: issue 27's worst-case candidate for ``rules`` was not adopted (it lowered the
-    clause pairs' figures; ``bench/README.md``)."""
+    clause pairs' figures; ``bench/README.md``); ``search`` and ``rules`` with the specificity
+    prior of issue 42 (1.0, ``bench/specificity.py``)."""
     from shared.recall.profiles import MODE_PROFILES
 
     assert MODE_PROFILES["solved"] == FusionProfile(
         method="dbsf", weights={"key": 1.0, "dense": 1.0, "bm25": 0.75})
     assert MODE_PROFILES["search"] == FusionProfile(
-        method="dbsf", weights={"key": 1.0, "dense": 4.0, "bm25": 4.0, "key_bm25": 4.0})
+        method="dbsf", weights={"key": 1.0, "dense": 4.0, "bm25": 4.0, "key_bm25": 4.0},
+        specificity=1.0)
     assert MODE_PROFILES["rules"] == FusionProfile(
-        method="dbsf", weights={"key": 0.5, "key_bm25": 0.5, "own": 2.0, "own_bm25": 1.0})
+        method="dbsf", weights={"key": 0.5, "key_bm25": 0.5, "own": 2.0, "own_bm25": 1.0},
+        specificity=1.0)

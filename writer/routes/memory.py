@@ -269,10 +269,7 @@ class MemoryController(Controller):
                      workspace_id: FromPath[WorkspaceId], data: JSONBody[SearchRequest]) -> RecallResponse:
         """Hybrid search, verified against PostgreSQL: one ranking per named vector (dense and
         BM25 branches, every filter inside each) of the request's ``mode``, fused with that
-        mode's profile (``shared/recall/profiles.py``) — solved: distribution-based score fusion
-        (DBSF) of bm25 ×0.75, dense ×1, key ×1; search: distribution-based score fusion (DBSF)
-        of bm25 ×4, dense ×4, key ×1, key_bm25 ×4; rules: distribution-based score fusion
-        (DBSF) of key ×0.5, key_bm25 ×0.5, own ×2, own_bm25 ×1. A result's ``score`` is
+        mode's profile (``shared/recall/profiles.py``) — solved: distribution-based score fusion (DBSF) of bm25 ×0.75, dense ×1, key ×1; search: distribution-based score fusion (DBSF) of bm25 ×4, dense ×4, key ×1, key_bm25 ×4 with a specificity prior (a card naming the filtered database or table scores up to ×2); rules: distribution-based score fusion (DBSF) of key ×0.5, key_bm25 ×0.5, own ×2, own_bm25 ×1 with a specificity prior (a card naming the filtered database or table scores up to ×2). A result's ``score`` is
         ``1/(60 + r)`` for a verified seed at fused rank r or, when higher, ``1/(60 + r' +
         hops/3)`` of the strongest path reaching the card along links from the seed at rank r'
         (never a sum): it orders this query's results and is not a similarity. Body ``{query, top (1..100), mode (search|rules|solved), family?, filters?,
