@@ -72,29 +72,38 @@ def _solved_of(case: Case) -> str:
     return case.key.split(":")[1]
 
 
+async def training_material(res) -> tuple[list[Case], np.ndarray, dict[str, str],
+                                         dict[str, set[int]], list[str], np.ndarray]:
+    """The workspace ``bird``'s derived cases and the adapter's training material: the pool's
+    own-text vectors ``(m, d)``, each solved question's text and linked pool indices (by the
+    solved card's API id), the solved ids sorted, and their query vectors ``(n, d)``."""
+    async with res.db.transaction("bird") as conn:
+        cases, _ = await gather(conn)
+        pool_ids = [r["id"] for r in await (await conn.execute(
+            "SELECT id FROM cards WHERE family <> 'solved_question' ORDER BY id")).fetchall()]
+        pool_cards = await card_rows.get_many(conn, pool_ids)
+    cases = [c for c in cases if c.source == "derived"]
+    texts = [projected_text(pool_cards[cid]) for cid in pool_ids]
+    card_vectors = np.asarray(await asyncio.to_thread(res.embedder.embed_dense_sync, texts,
+                                                      "en"), dtype=np.float32)
+    index_of = {cid: i for i, cid in enumerate(pool_ids)}
+    questions = {_solved_of(c): c.question for c in cases if c.kind == "solved"}
+    links: dict[str, set[int]] = {q: set() for q in questions}
+    for c in cases:
+        if c.kind == "linked":
+            links[_solved_of(c)].add(index_of[c.expected[0]])
+    solved = sorted(questions)
+    query_vectors = np.asarray([(await res.embedder.embed_query(questions[s], "en"))[0]
+                                for s in solved], dtype=np.float32)
+    return cases, card_vectors, questions, links, solved, query_vectors
+
+
 async def main() -> None:
     bench = await build("adapter", read_cards(bundled_cards()), workspace="bird")
     res = bench.resources
     try:
-        async with res.db.transaction("bird") as conn:
-            cases, _ = await gather(conn)
-            pool_ids = [r["id"] for r in await (await conn.execute(
-                "SELECT id FROM cards WHERE family <> 'solved_question' ORDER BY id")).fetchall()]
-            pool_cards = await card_rows.get_many(conn, pool_ids)
-        cases = [c for c in cases if c.source == "derived"]
         started = time.perf_counter()
-        texts = [projected_text(pool_cards[cid]) for cid in pool_ids]
-        card_vectors = np.asarray(await asyncio.to_thread(res.embedder.embed_dense_sync, texts,
-                                                          "en"), dtype=np.float32)
-        index_of = {cid: i for i, cid in enumerate(pool_ids)}
-        questions = {_solved_of(c): c.question for c in cases if c.kind == "solved"}
-        links: dict[str, set[int]] = {q: set() for q in questions}
-        for c in cases:
-            if c.kind == "linked":
-                links[_solved_of(c)].add(index_of[c.expected[0]])
-        solved = sorted(questions)
-        query_vectors = np.asarray([(await res.embedder.embed_query(questions[s], "en"))[0]
-                                    for s in solved], dtype=np.float32)
+        cases, card_vectors, questions, links, solved, query_vectors = await training_material(res)
         embed_seconds = time.perf_counter() - started
         # folds by the md5 of the question text: the same folds in every build (card ids differ)
         fold_of = {s: int(hashlib.md5(questions[s].encode()).hexdigest(), 16) % FOLDS
@@ -191,7 +200,7 @@ async def main() -> None:
                           f"{f['r3']:.3f} | {f['r5']:.3f} | {f['mrr']:.3f} |")
         print(json.dumps({"embed_seconds": round(embed_seconds, 1),
                           "train_seconds_per_fold": round(float(np.median(train_seconds)), 1),
-                          "pool": len(pool_ids), "solved": len(solved),
+                          "pool": len(card_vectors), "solved": len(solved),
                           "questions_with_links": sum(1 for s in solved if links[s])}))
         print("| mode | cases | configuration | r@1 | r@3 | r@5 | MRR | r@3 won / lost vs without (p) |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
