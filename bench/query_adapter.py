@@ -79,8 +79,9 @@ async def training_material(res) -> tuple[list[Case], np.ndarray, dict[str, str]
     solved card's API id), the solved ids sorted, and their query vectors ``(n, d)``."""
     async with res.db.transaction("bird") as conn:
         cases, _ = await gather(conn)
-        pool_ids = [r["id"] for r in await (await conn.execute(
-            "SELECT id FROM cards WHERE family <> 'solved_question' ORDER BY id")).fetchall()]
+        every = sorted(await card_rows.revisions(conn), key=str)
+        family = await card_rows.families(conn, every)
+        pool_ids = [cid for cid in every if family[cid] != "solved_question"]
         pool_cards = await card_rows.get_many(conn, pool_ids)
     cases = [c for c in cases if c.source == "derived"]
     texts = [projected_text(pool_cards[cid]) for cid in pool_ids]

@@ -57,9 +57,8 @@ async def main() -> None:
     try:
         async with res.db.transaction("bird") as conn:
             cases, _ = await gather(conn)
-            wide = {card_id_str(r["id"]) for r in await (await conn.execute(
-                "SELECT c.id FROM cards c WHERE NOT EXISTS (SELECT 1 FROM card_dependencies d "
-                "WHERE d.card_id = c.id)")).fetchall()}
+            every = await card_rows.get_many(conn, list(await card_rows.revisions(conn)))
+            wide = {card_id_str(cid) for cid, card in every.items() if not card.dependencies}
         filtered = [c for c in cases if c.source == "derived" and c.filters is not None
                     and c.filters.database and c.mode in ("search", "rules")]
         # the same cases narrowed to a table, as a caller that names one asks (the issue's

@@ -23,7 +23,7 @@ all-MiniLM-L6-v2), ``r`` the rank.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,7 +54,6 @@ class QueryAdapter:
     steps: int = 0
     pairs: int = 0
     validation_mrr: tuple[float, float] = (0.0, 0.0)
-    history: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def dimension(self) -> int:
@@ -190,7 +189,6 @@ def train_one(queries: np.ndarray, positives: list[set[int]], cards: np.ndarray,
 
     base = val_mrr(u, v)
     best = (base, 0, u.copy(), v.copy())
-    history = [(0, base)]
     stale = 0
     n_pairs = len(pair_q)
     for step in range(1, max_steps + 1):
@@ -213,7 +211,6 @@ def train_one(queries: np.ndarray, positives: list[set[int]], cards: np.ndarray,
             x -= learning_rate * (m / (1 - beta1 ** step)) / (np.sqrt(s / (1 - beta2 ** step)) + eps)
         if val_rows and step % CHECK_EVERY == 0:
             got = val_mrr(u, v)
-            history.append((step, got))
             if got > best[0]:
                 best, stale = (got, step, u.copy(), v.copy()), 0
             else:
@@ -223,5 +220,5 @@ def train_one(queries: np.ndarray, positives: list[set[int]], cards: np.ndarray,
     if not val_rows:
         best = (0.0, max_steps, u.copy(), v.copy())
     return QueryAdapter(u=best[2].astype(np.float32), v=best[3].astype(np.float32),
-                        learning_rate=learning_rate, steps=best[1], pairs=n_pairs, validation_mrr=(base, best[0]),
-                        history=history)
+                        learning_rate=learning_rate, steps=best[1], pairs=n_pairs,
+                        validation_mrr=(base, best[0]))
