@@ -26,7 +26,7 @@ Two sources:
     without the case's own question too.
 
 - **title** (issue 42), rebuilt at every run too: a stable sample of :data:`TITLE_SAMPLE` cards
-  other than solved questions (by the md5 of their id), each asked by its own title in the mode
+  other than solved questions (by the md5 of their title: the same sample in every import), each asked by its own title in the mode
   of its family (``search`` for a clarification, ``rules`` for a rule or an explained error),
   expected first (any card of the same title counts). Nothing is left out: the title is in the
   card's own text, so recall should put it first; it guards ranking against a defect that buries

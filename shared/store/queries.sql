@@ -972,7 +972,7 @@ ORDER BY c.id;
 
 -- name: evaluations_title_cards
 -- A sample of at most %(limit)s cards other than solved questions, projected in the current format
--- (%(format)s), in a stable order (md5 of the id): each with its family, its title and the ids of
+-- (%(format)s), in an order stable across imports (md5 of the title): each with its family, its title and the ids of
 -- every projected card of those families with the same title (itself included), the derived
 -- ``title`` cases' material (shared/evaluation/cases.py).
 SELECT c.id, c.family, c.title,
@@ -983,7 +983,7 @@ SELECT c.id, c.family, c.title,
 FROM cards c
 JOIN projections p ON p.card_id = c.id AND p.revision = c.revision AND p.format = %(format)s
 WHERE c.family <> 'solved_question'
-ORDER BY md5(c.id::text), c.id
+ORDER BY md5(c.title), c.id
 LIMIT %(limit)s;
 
 -- name: evaluations_projected
